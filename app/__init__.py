@@ -1,0 +1,1 @@
+"""tuneharness control plane: settings, domain types, policy, ledger, budget, CLI."""

@@ -1,0 +1,1 @@
+"""The `tuneharness` command line (typer + rich). Heavy imports happen inside commands."""

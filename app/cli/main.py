@@ -1,0 +1,45 @@
+"""Entry point of the `tuneharness` console script.
+
+Sub-commands live in sibling modules, each exposing a `typer.Typer` named `app` (or plain
+commands registered with `register(cli)`). A `UserError` anywhere becomes one line on stderr and
+exit code 2: a person's mistake never prints a traceback.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import typer
+
+from app.cli import budget_cmd, doctor_cmd, ledger_cmd, stack_cmd
+from app.errors import UserError
+
+cli = typer.Typer(
+    name="tuneharness",
+    help="Dependable fine-tuning on cheap, hostile GPU marketplaces.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+    rich_markup_mode="rich",
+)
+
+cli.add_typer(ledger_cmd.app, name="ledger")
+cli.add_typer(budget_cmd.app, name="budget")
+stack_cmd.register(cli)
+doctor_cmd.register(cli)
+
+
+def run() -> None:
+    """Console-script entry: run the CLI, turning user errors into one clear line."""
+    try:
+        cli()
+    except UserError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        sys.exit(exc.exit_code)
+    except KeyboardInterrupt:
+        typer.echo("interrupted", err=True)
+        sys.exit(130)
+
+
+if __name__ == "__main__":
+    run()

@@ -1,0 +1,157 @@
+"""Database engines and write transactions for SQLite and PostgreSQL.
+
+Every write that must not race goes through `write_transaction(engine, lock=...)`:
+on SQLite the transaction starts with `BEGIN IMMEDIATE` (one writer at a time, others wait up to
+the busy timeout); on PostgreSQL it takes a transaction-scoped advisory lock named by `lock`,
+released at commit or rollback. No engine is built at import time.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import Connection, Engine, create_engine, event, text
+from sqlalchemy.exc import OperationalError
+from sqlmodel import SQLModel
+
+from app.errors import ServiceUnavailable
+
+__all__ = [
+    "TABLE_MODULES",
+    "advisory_key",
+    "init_db",
+    "is_postgres",
+    "make_engine",
+    "write_transaction",
+]
+
+# Modules that define SQLModel tables; init_db imports them so create_all sees every table.
+TABLE_MODULES = ["app.ledger", "app.budget", "app.liveness"]
+
+SQLITE_BUSY_TIMEOUT_MS = 60_000
+
+
+def is_postgres(engine: Engine) -> bool:
+    return engine.dialect.name == "postgresql"
+
+
+def _install_sqlite_hooks(engine: Engine) -> None:
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_conn: Any, _record: Any) -> None:
+        # Let SQLAlchemy's begin event decide how a transaction starts.
+        dbapi_conn.isolation_level = None
+        cur = dbapi_conn.cursor()
+        cur.execute(f"PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_MS}")
+        cur.execute("PRAGMA journal_mode = WAL")
+        cur.execute("PRAGMA foreign_keys = ON")
+        cur.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(conn: Connection) -> None:
+        mode = conn.get_execution_options().get("tuneharness_begin", "IMMEDIATE")
+        conn.exec_driver_sql(f"BEGIN {mode}")
+
+
+def make_engine(url: str) -> Engine:
+    """Build an engine for `url` (sqlite:///PATH or postgresql+psycopg://...)."""
+    if url.startswith("sqlite:///"):
+        path = url[len("sqlite:///") :]
+        if path and path != ":memory:":
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+        engine = create_engine(url, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000})
+        _install_sqlite_hooks(engine)
+        return engine
+    return create_engine(url, pool_pre_ping=True, pool_size=25, max_overflow=10)
+
+
+def advisory_key(name: str) -> int:
+    """A stable signed 64-bit key for pg_advisory_xact_lock from a lock name."""
+    return int.from_bytes(hashlib.sha256(name.encode()).digest()[:8], "big", signed=True)
+
+
+@contextmanager
+def write_transaction(engine: Engine, *, lock: str) -> Iterator[Connection]:
+    """A transaction that holds the write lock `lock` until it commits or rolls back."""
+    try:
+        with engine.begin() as conn:
+            if is_postgres(engine):
+                conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": advisory_key(lock)})
+            yield conn
+    except OperationalError as exc:
+        if _is_connect_failure(exc):
+            raise ServiceUnavailable(_unreachable_message(engine)) from None
+        raise
+
+
+@contextmanager
+def read_connection(engine: Engine) -> Iterator[Connection]:
+    """A read-only transaction (SQLite: deferred, takes no write lock)."""
+    try:
+        with engine.connect() as conn:
+            conn = conn.execution_options(tuneharness_begin="DEFERRED")
+            with conn.begin():
+                yield conn
+    except OperationalError as exc:
+        if _is_connect_failure(exc):
+            raise ServiceUnavailable(_unreachable_message(engine)) from None
+        raise
+
+
+def _is_connect_failure(exc: OperationalError) -> bool:
+    msg = str(exc.orig).lower() if exc.orig is not None else str(exc).lower()
+    return any(
+        s in msg
+        for s in ("connection refused", "could not connect", "unable to open database", "connection failed", "does not exist", "no such host", "name or service not known")
+    )
+
+
+def _unreachable_message(engine: Engine) -> str:
+    url = engine.url.render_as_string(hide_password=True)
+    if is_postgres(engine):
+        return (
+            f"database unreachable at {url}. Fix: start PostgreSQL, or point TUNEHARNESS_DB_URL "
+            "at a running server (unset it to use SQLite under TUNEHARNESS_HOME)"
+        )
+    return f"cannot open the database {url}. Fix: check that TUNEHARNESS_HOME is writable"
+
+
+_SQLITE_TRIGGERS = [
+    """CREATE TRIGGER IF NOT EXISTS ledger_no_update BEFORE UPDATE ON ledger_events
+       BEGIN SELECT RAISE(ABORT, 'ledger is append-only: UPDATE rejected'); END""",
+    """CREATE TRIGGER IF NOT EXISTS ledger_no_delete BEFORE DELETE ON ledger_events
+       BEGIN SELECT RAISE(ABORT, 'ledger is append-only: DELETE rejected'); END""",
+    # INSERT OR REPLACE deletes the old row without firing delete triggers (unless
+    # recursive_triggers is on for that connection), and an upsert may update it: refuse any
+    # insert that would collide with an existing row before SQLite resolves the conflict.
+    """CREATE TRIGGER IF NOT EXISTS ledger_no_replace BEFORE INSERT ON ledger_events
+       WHEN EXISTS (SELECT 1 FROM ledger_events
+                    WHERE seq = NEW.seq OR idempotency_key = NEW.idempotency_key)
+       BEGIN SELECT RAISE(ABORT, 'ledger is append-only: insert over an existing row rejected'); END""",
+]
+
+_PG_TRIGGERS = [
+    """CREATE OR REPLACE FUNCTION tuneharness_ledger_reject() RETURNS trigger AS $$
+       BEGIN RAISE EXCEPTION 'ledger is append-only: % rejected', TG_OP; END
+       $$ LANGUAGE plpgsql""",
+    "DROP TRIGGER IF EXISTS ledger_no_update ON ledger_events",
+    """CREATE TRIGGER ledger_no_update BEFORE UPDATE OR DELETE ON ledger_events
+       FOR EACH ROW EXECUTE FUNCTION tuneharness_ledger_reject()""",
+    "DROP TRIGGER IF EXISTS ledger_no_truncate ON ledger_events",
+    """CREATE TRIGGER ledger_no_truncate BEFORE TRUNCATE ON ledger_events
+       FOR EACH STATEMENT EXECUTE FUNCTION tuneharness_ledger_reject()""",
+]
+
+
+def init_db(engine: Engine) -> None:
+    """Create every table and the ledger's append-only triggers (idempotent)."""
+    for name in TABLE_MODULES:
+        importlib.import_module(name)
+    with write_transaction(engine, lock="tuneharness.schema") as conn:
+        SQLModel.metadata.create_all(conn)
+        for stmt in _PG_TRIGGERS if is_postgres(engine) else _SQLITE_TRIGGERS:
+            conn.execute(text(stmt))

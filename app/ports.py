@@ -1,0 +1,56 @@
+"""Ports: the protocols adapters implement. Domain code depends on these, never on adapters.
+
+The Market port and its domain types live in `app.market`.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Protocol, runtime_checkable
+
+__all__ = ["Clock", "CommandResult", "HostShell", "WallClock"]
+
+
+@runtime_checkable
+class Clock(Protocol):
+    """Seconds since the epoch; virtual in the simulator, the wall clock in production."""
+
+    def now(self) -> float: ...
+
+    def sleep(self, seconds: float) -> None: ...
+
+
+class WallClock:
+    def now(self) -> float:
+        return time.time()
+
+    def sleep(self, seconds: float) -> None:
+        time.sleep(seconds)
+
+    def utcnow(self) -> datetime:
+        return datetime.now(UTC)
+
+
+@dataclass(frozen=True, slots=True)
+class CommandResult:
+    exit_code: int
+    stdout: str
+    stderr: str
+
+
+@runtime_checkable
+class HostShell(Protocol):
+    """Run commands on a (rented) host and move files to and from it."""
+
+    def run(self, command: str, *, timeout_s: float = 60.0) -> CommandResult: ...
+
+    def put(self, local: Path, remote: str) -> None: ...
+
+    def get(self, remote: str, local: Path) -> None: ...
+
+    def listdir(self, remote: str) -> list[str]: ...
+
+    def close(self) -> None: ...

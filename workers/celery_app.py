@@ -1,0 +1,46 @@
+"""The Celery application. `celery -A workers.celery_app worker` loads this module.
+
+Building the app reads settings (environment only); it connects to nothing until a worker,
+beat or a client sends.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from celery import Celery, signals
+
+from app.settings import load_settings
+from workers.config import TASK_TIME_LIMITS_S, build_config, check_time_limits
+
+app = Celery("tuneharness", include=["workers.tasks"])
+app.conf.update(build_config(load_settings()))
+
+from beat_schedule import BEAT_SCHEDULE  # noqa: E402  (plain data)
+
+app.conf.beat_schedule = BEAT_SCHEDULE
+
+
+def _task_limits() -> dict[str, float]:
+    out: dict[str, float] = {}
+    for name, task in app.tasks.items():
+        if not name.startswith("tuneharness."):
+            continue
+        for attr in ("time_limit", "soft_time_limit"):
+            value = getattr(task, attr, None)
+            if value:
+                out[f"{name}.{attr}"] = float(value)
+        queue = name.split(".")[1] if name.count(".") >= 2 else None
+        if queue and queue not in TASK_TIME_LIMITS_S:
+            raise RuntimeError(f"task {name} is not routed to a known queue")
+    return out
+
+
+@signals.worker_init.connect
+def _check_on_worker_start(**_: Any) -> None:
+    check_time_limits(app.conf, _task_limits())
+
+
+@signals.beat_init.connect
+def _check_on_beat_start(**_: Any) -> None:
+    check_time_limits(app.conf, _task_limits())
