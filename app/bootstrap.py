@@ -7,6 +7,7 @@ Nothing is built at import time; engines are cached per URL for the life of the 
 from __future__ import annotations
 
 import functools
+from typing import TYPE_CHECKING
 
 from sqlalchemy import Engine
 
@@ -15,7 +16,11 @@ from app.db import init_db, make_engine
 from app.ledger import Ledger
 from app.settings import Settings, load_settings
 
-__all__ = ["budget", "engine", "ledger", "settings"]
+if TYPE_CHECKING:
+    from app.alerts import Notifier, OutboxNotifier
+    from gate.service import GateService
+
+__all__ = ["budget", "engine", "gate", "ledger", "notifier", "settings"]
 
 
 @functools.cache
@@ -45,3 +50,21 @@ def ledger(s: Settings | None = None) -> Ledger:
 
 def budget(s: Settings | None = None) -> Budget:
     return Budget(engine(s))
+
+
+def notifier(s: Settings | None = None, *, background: bool = True) -> OutboxNotifier:
+    """The Notifier: alerts recorded in the outbox, delivered to TUNEHARNESS_ALERT_WEBHOOK_URL."""
+    import os
+
+    from app.alerts import OutboxNotifier, WebhookNotifier, webhook_config_from_env
+
+    config = webhook_config_from_env(os.environ)
+    sender = WebhookNotifier(config) if config is not None else None
+    return OutboxNotifier(engine(s), sender, background=background)
+
+
+def gate(s: Settings | None = None, *, notify: Notifier | None = None) -> GateService:
+    """The deploy gate's handlers on this process's ledger and notifier."""
+    from gate.service import GateService
+
+    return GateService(ledger=ledger(s), notifier=notify if notify is not None else notifier(s))
