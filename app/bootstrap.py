@@ -18,9 +18,10 @@ from app.settings import Settings, load_settings
 
 if TYPE_CHECKING:
     from app.alerts import Notifier, OutboxNotifier
+    from app.market import Market
     from gate.service import GateService
 
-__all__ = ["budget", "engine", "gate", "ledger", "notifier", "settings"]
+__all__ = ["budget", "check_worker_config", "engine", "gate", "ledger", "market", "notifier", "settings"]
 
 
 @functools.cache
@@ -52,6 +53,15 @@ def budget(s: Settings | None = None) -> Budget:
     return Budget(engine(s))
 
 
+def check_worker_config() -> None:
+    """Refuse to start when the Celery time limits would outlive the visibility timeout."""
+    from workers.celery_app import _task_limits, app
+
+    from workers.config import check_time_limits
+
+    check_time_limits(app.conf, _task_limits())
+
+
 def notifier(s: Settings | None = None, *, background: bool = True) -> OutboxNotifier:
     """The Notifier: alerts recorded in the outbox, delivered to TUNEHARNESS_ALERT_WEBHOOK_URL."""
     import os
@@ -68,3 +78,38 @@ def gate(s: Settings | None = None, *, notify: Notifier | None = None) -> GateSe
     from gate.service import GateService
 
     return GateService(ledger=ledger(s), notifier=notify if notify is not None else notifier(s))
+
+
+MARKETS = ("vast", "runpod", "sim")
+
+
+def market(name: str) -> Market:
+    """The Market adapter for `name`, configured from the environment (the one place they are built)."""
+    from app.errors import UserError
+
+    if name == "vast":
+        from providers.vast import VastMarket
+
+        return VastMarket.from_env()
+    if name == "runpod":
+        from providers.runpod import RunPodMarket
+
+        return RunPodMarket.from_env()
+    if name == "sim":
+        import importlib
+
+        try:
+            sim_module = importlib.import_module("providers.sim")
+        except ModuleNotFoundError as exc:
+            if exc.name != "providers.sim":
+                raise
+            sim_module = None
+        factory = getattr(sim_module, "market_from_env", None)
+        if factory is None:
+            raise UserError(
+                "the simulated marketplace is not available in this build (providers.sim.market_from_env "
+                "is missing). Fix: use --provider vast or --provider runpod"
+            )
+        sim: Market = factory()
+        return sim
+    raise UserError(f"unknown provider {name!r}. Fix: choose one of {', '.join(MARKETS)}")

@@ -10,6 +10,7 @@ from typing import Any
 
 from celery import Celery, signals
 
+from app.errors import ConfigError
 from app.settings import load_settings
 from workers.config import TASK_TIME_LIMITS_S, build_config, check_time_limits
 
@@ -36,11 +37,20 @@ def _task_limits() -> dict[str, float]:
     return out
 
 
+def _refuse_bad_time_limits() -> None:
+    # Celery logs and swallows an Exception raised by a signal receiver; SystemExit stops the
+    # process, which is the point: a worker that would run tasks twice must not start.
+    try:
+        check_time_limits(app.conf, _task_limits())
+    except ConfigError as exc:
+        raise SystemExit(f"error: {exc}") from None
+
+
 @signals.worker_init.connect
 def _check_on_worker_start(**_: Any) -> None:
-    check_time_limits(app.conf, _task_limits())
+    _refuse_bad_time_limits()
 
 
 @signals.beat_init.connect
 def _check_on_beat_start(**_: Any) -> None:
-    check_time_limits(app.conf, _task_limits())
+    _refuse_bad_time_limits()

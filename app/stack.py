@@ -1,0 +1,195 @@
+"""A local stack as child processes: redis (when none is reachable), a worker, one beat, Flower.
+
+Used by `tuneharness up` and the demo. `stop()` terminates every child (SIGTERM, then SIGKILL
+after a grace period) in reverse start order, so Ctrl-C leaves nothing running.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from app.errors import ServiceUnavailable, UserError
+from app.settings import Settings
+
+__all__ = ["ALL_QUEUES", "Stack", "broker_reachable", "free_port", "wait_until"]
+
+ALL_QUEUES = "provision,ssh,monitor,evaluate,maintenance"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_until(predicate: object, *, timeout_s: float, interval_s: float = 0.1) -> bool:
+    """Poll `predicate()` until it is true or `timeout_s` passes (never a bare sleep)."""
+    import time
+
+    assert callable(predicate)
+    deadline = time.monotonic() + timeout_s
+    ev = threading.Event()
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        ev.wait(interval_s)
+    return bool(predicate())
+
+
+def broker_reachable(url: str, *, timeout_s: float = 1.0) -> bool:
+    import redis
+
+    try:
+        client = redis.Redis.from_url(url, socket_connect_timeout=timeout_s, socket_timeout=timeout_s)
+        return bool(client.ping())
+    except (redis.RedisError, OSError):
+        return False
+
+
+@dataclass
+class Child:
+    name: str
+    proc: subprocess.Popen[bytes]
+    log: Path
+
+
+@dataclass
+class Stack:
+    """Start and stop the local processes of tuneharness."""
+
+    settings: Settings
+    run_dir: Path
+    flower: bool = True
+    beat: bool = True
+    worker_concurrency: int = 2
+    extra_env: Mapping[str, str] = field(default_factory=dict)
+    children: list[Child] = field(default_factory=list)
+    broker_url: str = ""
+
+    def env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        env.update(self.extra_env)
+        env["TUNEHARNESS_HOME"] = str(self.settings.home)
+        env["TUNEHARNESS_DB_URL"] = self.settings.db_url
+        env["TUNEHARNESS_BROKER_URL"] = self.broker_url
+        env["TUNEHARNESS_RESULT_URL"] = (
+            self.broker_url if self.settings.result_url == self.settings.broker_url else self.settings.result_url
+        )
+        env.pop("FLOWER_BASIC_AUTH", None)
+        return env
+
+    def _spawn(self, name: str, argv: list[str], env: Mapping[str, str] | None = None) -> Child:
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        log = self.run_dir / f"{name}.log"
+        with log.open("ab") as fh:
+            proc = subprocess.Popen(
+                argv, stdout=fh, stderr=subprocess.STDOUT, env=dict(env or self.env()),
+                cwd=str(Path.cwd()), start_new_session=True,
+            )
+        child = Child(name, proc, log)
+        self.children.append(child)
+        return child
+
+    def start_broker(self) -> None:
+        url = self.settings.broker_url
+        if broker_reachable(url):
+            self.broker_url = url
+            return
+        host = urlsplit(url).hostname or ""
+        if host not in ("127.0.0.1", "localhost", "::1"):
+            raise ServiceUnavailable(
+                f"broker unreachable at {url}. Fix: start Redis there, or unset TUNEHARNESS_BROKER_URL "
+                "to let `tuneharness up` start a local redis-server"
+            )
+        exe = shutil.which("redis-server")
+        if exe is None:
+            raise ServiceUnavailable(
+                "no broker reachable and redis-server is not installed. Fix: apt-get install redis-server"
+            )
+        port = free_port()
+        data = self.run_dir / "redis"
+        data.mkdir(parents=True, exist_ok=True)
+        child = self._spawn(
+            "redis",
+            [exe, "--bind", "127.0.0.1", "--port", str(port), "--dir", str(data), "--appendonly", "yes",
+             "--save", "", "--maxmemory-policy", "noeviction", "--protected-mode", "yes"],
+            env=dict(os.environ),
+        )
+        self.broker_url = f"redis://127.0.0.1:{port}/0"
+        if not wait_until(lambda: broker_reachable(self.broker_url, timeout_s=0.2), timeout_s=15):
+            raise ServiceUnavailable(f"redis-server did not come up; see {child.log}")
+
+    def start(self) -> None:
+        """Start broker (if needed), worker, beat and Flower."""
+        self.start_broker()
+        py = sys.executable
+        self._spawn(
+            "worker",
+            [py, "-m", "celery", "-A", "workers.celery_app", "worker", "-Q", ALL_QUEUES, "-E",
+             "--loglevel", "INFO", "--concurrency", str(self.worker_concurrency), "-n", "th-worker-%d@%%h" % os.getpid()],
+        )
+        if self.beat:
+            self._spawn(
+                "beat",
+                [py, "-m", "celery", "-A", "workers.celery_app", "beat", "--loglevel", "INFO",
+                 "-s", str(self.run_dir / "celerybeat-schedule")],
+            )
+        if self.flower:
+            env = self.env()
+            s = self.settings
+            if s.flower_user and s.flower_password:
+                env["FLOWER_BASIC_AUTH"] = f"{s.flower_user}:{s.flower_password}"
+            self._spawn(
+                "flower",
+                [py, "-m", "celery", "-A", "workers.celery_app", "flower",
+                 f"--address={s.flower_address}", f"--port={s.flower_port}"],
+                env=env,
+            )
+
+    def check_alive(self) -> None:
+        """Raise if a child died (its log says why)."""
+        for c in self.children:
+            code = c.proc.poll()
+            if code is not None:
+                tail = c.log.read_text(errors="replace").strip().splitlines()[-5:]
+                raise UserError(f"{c.name} exited with code {code}; last lines of {c.log}: " + " | ".join(tail))
+
+    def stop(self, *, grace_s: float = 20.0) -> None:
+        """SIGTERM every child in reverse order, SIGKILL what is left after `grace_s`."""
+        for c in reversed(self.children):
+            if c.proc.poll() is None:
+                try:
+                    os.killpg(c.proc.pid, signal.SIGTERM)
+                except ProcessLookupError:
+                    pass
+        for c in reversed(self.children):
+            try:
+                c.proc.wait(timeout=grace_s)
+            except subprocess.TimeoutExpired:
+                try:
+                    os.killpg(c.proc.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                c.proc.wait(timeout=5)
+        self.children.clear()
+
+    def __enter__(self) -> Stack:
+        try:
+            self.start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

@@ -1,0 +1,73 @@
+"""A real Celery worker executes real tasks through a real Redis and leaves ledger events."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+from support.services import CeleryWorker, wait_until
+
+
+def _client(env: dict[str, str]):  # type: ignore[no-untyped-def]
+    from celery import Celery
+
+    from app.settings import load_settings
+    from workers.config import build_config
+
+    app = Celery("test-client")
+    app.conf.update(build_config(load_settings(env)))
+    return app
+
+
+def _ledger(env: dict[str, str]):  # type: ignore[no-untyped-def]
+    from app.db import init_db, make_engine
+    from app.ledger import Ledger
+    from app.settings import load_settings
+
+    engine = make_engine(load_settings(env).db_url)
+    init_db(engine)
+    return Ledger(engine)
+
+
+def test_ping_round_trip(celery_worker: CeleryWorker, th_env: dict[str, str]) -> None:
+    """A task sent by name to the maintenance queue comes back with its result."""
+    client = _client(th_env)
+    result = client.send_task("tuneharness.maintenance.ping", args=["hello"], queue="maintenance")
+    assert result.get(timeout=60) == "hello"
+
+
+def test_a_job_travels_provision_to_evaluate_and_is_recorded_once(
+    celery_worker: CeleryWorker, th_env: dict[str, str]
+) -> None:
+    """accept_job runs on provision, hands off to evaluate, and each step is one ledger event."""
+    client = _client(th_env)
+    ledger = _ledger(th_env)
+    # Sent twice, as a retrying client would: the idempotency keys keep one event per step.
+    for _ in range(2):
+        client.send_task("tuneharness.provision.accept_job", args=["job-42"], queue="provision").get(timeout=60)
+    assert wait_until(lambda: len(ledger.rows(job="job-42", kind="job_finished")) == 1, timeout_s=60)
+    kinds = [r.kind for r in ledger.rows(job="job-42")]
+    assert kinds == ["job_accepted", "job_finished"]
+    assert ledger.verify().ok
+
+
+def test_worker_refuses_to_start_when_visibility_timeout_is_too_short(th_env: dict[str, str], tmp_path: Path) -> None:
+    """A worker whose time limits reach the visibility timeout exits instead of double-running tasks."""
+    import subprocess
+
+    shim = tmp_path / "shortvt.py"
+    shim.write_text(
+        "from workers.celery_app import app\n"
+        "import workers.tasks  # noqa: F401\n"
+        "app.conf.broker_transport_options = {'visibility_timeout': 60}\n"
+        "app.conf.result_backend_transport_options = {'visibility_timeout': 60}\n"
+        "app.conf.visibility_timeout = 60\n"
+    )
+    env = {**th_env, "PYTHONPATH": f"{tmp_path}{os.pathsep}{th_env['PYTHONPATH']}"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "celery", "-A", "shortvt:app", "worker", "-Q", "maintenance", "--pool", "solo"],
+        env=env, capture_output=True, text=True, timeout=120,
+    )
+    assert proc.returncode != 0
+    assert "visibility timeout 60s is not longer than" in proc.stdout + proc.stderr
