@@ -1,0 +1,40 @@
+"""`tuneharness sim ...`: the simulated marketplace of lying hosts.
+
+`sim serve` shares one simulated marketplace over loopback HTTP (for the Celery path: workers
+and CLI invocations are separate processes); point them at it with TUNEHARNESS_SIM_URL.
+Other sim commands (e.g. `sim campaign`) register on this same `app`.
+"""
+
+from __future__ import annotations
+
+import typer
+
+app = typer.Typer(help="The simulated marketplace of lying hosts.", no_args_is_help=True)
+
+
+@app.command("serve")
+def serve(
+    trace: str = typer.Option("smoke", "--trace", help="trace file, or a shipped trace name: smoke, marketplace, adversarial"),
+    scale: float = typer.Option(1.0, "--scale", help="simulated seconds per wall second"),
+    port: int = typer.Option(0, "--port", help="TCP port on 127.0.0.1 (0: pick a free one)"),
+    root: str | None = typer.Option(None, "--root", help="directory for the sim hosts' sandboxes and sshd files (default: a temp dir, removed on exit)"),
+    url_file: str | None = typer.Option(None, "--url-file", help="also write the server's URL to this file"),
+) -> None:
+    """Serve a simulated marketplace on 127.0.0.1; every running host answers over real SSH."""
+    from app import bootstrap
+    from app.errors import UserError
+
+    if scale <= 0:
+        raise UserError(f"--scale must be > 0, got {scale}. Fix: pass e.g. --scale 60")
+    if not 0 <= port <= 65535:
+        raise UserError(f"--port {port} is out of range. Fix: pass 0 or a port from 1 to 65535")
+
+    def announce(url: str) -> None:
+        typer.echo(f"sim market on {url} (trace {trace}, {scale:g}x); export TUNEHARNESS_SIM_URL={url}")
+
+    try:
+        bootstrap.sim_serve(trace, scale=scale, port=port, root=root, url_file=url_file, announce=announce)
+    except OSError as exc:
+        raise UserError(f"cannot serve on 127.0.0.1:{port}: {exc.strerror}. Fix: pick another --port") from None
+    except KeyboardInterrupt:
+        typer.echo("sim market stopped", err=True)

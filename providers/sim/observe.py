@@ -1,0 +1,106 @@
+"""What renter-side code observes on a simulated host, computed from its truth.
+
+Two views of the same truth:
+- `truth_file(...)`: the JSON written into a sim host's sandbox; `trainer/preflight.py` and the
+  trainer read it through `TUNEHARNESS_SIM_TRUTH` and behave as that host would.
+- `preflight_report(truth)`: the JSON line a preflight would print on that host, for the
+  campaign simulator, which does not open SSH.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from providers.sim.trace import HostTruth
+
+__all__ = [
+    "CUDA_DRIVER_ERROR",
+    "EXPECTED_TFLOPS_BF16",
+    "expected_tflops_bf16",
+    "preflight_report",
+    "truth_file",
+]
+
+# Dense bf16 TFLOP/s a torch 4096x4096 matmul reaches on a healthy card of this model
+# (datasheet tensor throughput, fp32 accumulate, rounded). The simulator's own table: the
+# policy's judgement keeps its own, with sources.
+EXPECTED_TFLOPS_BF16: dict[str, float] = {
+    "RTX 3060": 25.0,
+    "RTX 3080": 59.0,
+    "RTX 3090": 71.0,
+    "RTX 4070": 58.0,
+    "RTX 4080": 97.0,
+    "RTX 4090": 165.0,
+    "RTX A4000": 76.0,
+    "RTX A5000": 111.0,
+    "RTX A6000": 155.0,
+    "A40": 150.0,
+    "L40S": 362.0,
+    "A100 PCIE": 312.0,
+    "A100 SXM4": 312.0,
+    "H100 PCIE": 756.0,
+    "H100 SXM": 989.0,
+}
+
+CUDA_DRIVER_ERROR = (
+    "RuntimeError: CUDA error: CUDA driver version is insufficient for CUDA runtime version"
+)
+
+
+def expected_tflops_bf16(gpu_name: str) -> float | None:
+    """Full-speed bf16 TFLOP/s of a GPU model, or None when the model is unknown."""
+    return EXPECTED_TFLOPS_BF16.get(gpu_name.strip().upper().replace("GEFORCE ", "").replace("NVIDIA ", ""))
+
+
+def truth_file(
+    truth: HostTruth,
+    *,
+    instance_id: str,
+    machine_id: str,
+    created_at_s: float,
+    clock: dict[str, float] | None = None,
+) -> dict[str, Any]:
+    """The truth JSON written into a sim host's sandbox (TUNEHARNESS_SIM_TRUTH)."""
+    return {
+        "format": "tuneharness-sim-truth/1",
+        "instance_id": instance_id,
+        "machine_id": machine_id,
+        "computes": truth.computes,
+        "actual_gpu_name": truth.actual_gpu_name,
+        "actual_gpu_ram_gb": truth.actual_gpu_ram_gb,
+        "tflops_factor": truth.tflops_factor,
+        "expected_tflops_bf16": expected_tflops_bf16(truth.actual_gpu_name),
+        "cuda_error": None if truth.computes else CUDA_DRIVER_ERROR,
+        # the hang, in the simulated clock's seconds; `clock` says how to read that clock
+        "hangs_at_s": truth.hangs_at_s,
+        "hangs_at_epoch_s": None if truth.hangs_at_s is None else created_at_s + truth.hangs_at_s,
+        "created_at_s": created_at_s,
+        "clock": clock,
+    }
+
+
+def preflight_report(truth: HostTruth) -> dict[str, Any]:
+    """The one JSON line a preflight prints on a running host with this truth."""
+    if not truth.computes:
+        return {
+            "ok": False,
+            "cuda_init": False,
+            "error": CUDA_DRIVER_ERROR,
+            # nvidia-smi still shows a healthy card: the lie the preflight exists to catch
+            "gpu_name": truth.actual_gpu_name,
+            "gpu_ram_gb": truth.actual_gpu_ram_gb,
+            "matmul_finite": False,
+            "tflops_bf16": None,
+            "simulated": True,
+        }
+    full = expected_tflops_bf16(truth.actual_gpu_name)
+    return {
+        "ok": True,
+        "cuda_init": True,
+        "error": None,
+        "gpu_name": truth.actual_gpu_name,
+        "gpu_ram_gb": truth.actual_gpu_ram_gb,
+        "matmul_finite": True,
+        "tflops_bf16": None if full is None else round(full * truth.tflops_factor, 2),
+        "simulated": True,
+    }
