@@ -17,11 +17,13 @@ from app.ledger import Ledger
 from app.settings import Settings, load_settings
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from app.alerts import Notifier, OutboxNotifier
     from app.market import Market
     from gate.service import GateService
 
-__all__ = ["budget", "check_worker_config", "engine", "gate", "ledger", "market", "notifier", "settings"]
+__all__ = ["budget", "check_worker_config", "engine", "gate", "ledger", "market", "notifier", "settings", "sim_serve"]
 
 
 @functools.cache
@@ -113,3 +115,35 @@ def market(name: str) -> Market:
         sim: Market = factory()
         return sim
     raise UserError(f"unknown provider {name!r}. Fix: choose one of {', '.join(MARKETS)}")
+
+
+def sim_serve(
+    trace: str,
+    *,
+    scale: float,
+    port: int,
+    root: str | None = None,
+    url_file: str | None = None,
+    announce: Callable[[str], None] | None = None,
+) -> None:
+    """Run the shared simulated marketplace (`tuneharness sim serve`) until interrupted."""
+    import signal
+    import threading
+    from pathlib import Path
+
+    from providers.sim.server import SimServer
+    from providers.sim.trace import load_trace
+
+    server = SimServer(load_trace(trace), scale=scale, port=port, root=Path(root) if root else None)
+    if threading.current_thread() is threading.main_thread():
+        # SIGTERM ends the server cleanly too: its sshd daemons must not outlive it
+        signal.signal(signal.SIGTERM, lambda *_: server.request_stop())
+    try:
+        url = server.start()
+        if url_file:
+            Path(url_file).write_text(url + "\n", encoding="utf-8")
+        if announce is not None:
+            announce(url)
+        server.wait()
+    finally:
+        server.close()
