@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from app.policy.gpus import expected_tflops_bf16 as policy_expected
 from providers.sim.trace import HostTruth
 
 __all__ = [
@@ -21,25 +22,25 @@ __all__ = [
     "truth_file",
 ]
 
-# Dense bf16 TFLOP/s a torch 4096x4096 matmul reaches on a healthy card of this model
-# (datasheet tensor throughput, fp32 accumulate, rounded). The simulator's own table: the
-# policy's judgement keeps its own, with sources.
+# Full-speed bf16 TFLOP/s of a healthy card. The policy's table (app.policy.gpus) comes first so a
+# healthy sim card measures exactly what the preflight judgement expects; these fill the gaps for
+# cards it does not list (dense bf16 tensor peak, FP32 accumulate, from the datasheets).
 EXPECTED_TFLOPS_BF16: dict[str, float] = {
-    "RTX 3060": 25.0,
-    "RTX 3080": 59.0,
+    "RTX 3060": 25.4,
+    "RTX 3080": 59.5,
     "RTX 3090": 71.0,
-    "RTX 4070": 58.0,
-    "RTX 4080": 97.0,
-    "RTX 4090": 165.0,
-    "RTX A4000": 76.0,
-    "RTX A5000": 111.0,
-    "RTX A6000": 155.0,
-    "A40": 150.0,
+    "RTX 4070": 58.3,
+    "RTX 4080": 97.5,
+    "RTX 4090": 165.2,
+    "RTX A4000": 76.7,
+    "RTX A5000": 111.1,
+    "RTX A6000": 154.8,
+    "A40": 149.7,
     "L40S": 362.0,
     "A100 PCIE": 312.0,
     "A100 SXM4": 312.0,
-    "H100 PCIE": 756.0,
-    "H100 SXM": 989.0,
+    "H100 PCIE": 756.5,
+    "H100 SXM": 989.5,
 }
 
 CUDA_DRIVER_ERROR = (
@@ -49,6 +50,9 @@ CUDA_DRIVER_ERROR = (
 
 def expected_tflops_bf16(gpu_name: str) -> float | None:
     """Full-speed bf16 TFLOP/s of a GPU model, or None when the model is unknown."""
+    known = policy_expected(gpu_name)
+    if known is not None:
+        return known
     return EXPECTED_TFLOPS_BF16.get(gpu_name.strip().upper().replace("GEFORCE ", "").replace("NVIDIA ", ""))
 
 
