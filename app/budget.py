@@ -180,7 +180,7 @@ class Budget:
             caps = conn.execute(select(_CAPS).order_by(_CAPS.c.name)).all()
             out = []
             for c in caps:
-                sums = dict(
+                sums: dict[str, float] = dict(
                     conn.execute(
                         select(_RES.c.state, func.sum(_RES.c.amount_usd)).where(_RES.c.budget == c.name).group_by(_RES.c.state)
                     ).all()

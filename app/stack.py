@@ -136,7 +136,7 @@ class Stack:
         self._spawn(
             "worker",
             [py, "-m", "celery", "-A", "workers.celery_app", "worker", "-Q", ALL_QUEUES, "-E",
-             "--loglevel", "INFO", "--concurrency", str(self.worker_concurrency), "-n", "th-worker-%d@%%h" % os.getpid()],
+             "--loglevel", "INFO", "--concurrency", str(self.worker_concurrency), "-n", f"th-worker-{os.getpid()}@%h"],
         )
         if self.beat:
             self._spawn(
