@@ -1,0 +1,66 @@
+"""Entry point: `python -m trainer {run,predict,preflight,make-tiny-model}`."""
+
+from __future__ import annotations
+
+import os
+
+# Before anything imports transformers or huggingface_hub: the trainer never downloads.
+os.environ["HF_HUB_OFFLINE"] = "1"
+os.environ["TRANSFORMERS_OFFLINE"] = "1"
+os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
+
+import argparse
+import sys
+from pathlib import Path
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m trainer", description="tuneharness trainer agent")
+    sub = p.add_subparsers(dest="command", required=True)
+    r = sub.add_parser("run", help="train one slice of the job in --job-dir")
+    r.add_argument("--job-dir", required=True, type=Path)
+    r.add_argument("--max-seconds", type=float, default=None,
+                   help="wall-clock cap of this slice; exit 3 after checkpointing when reached")
+    r.add_argument("--slice-steps", type=int, default=None,
+                   help="step cap of this slice (same exit as --max-seconds); for tests and operators")
+    pr = sub.add_parser("predict", help="predict with base model + trained adapter")
+    pr.add_argument("--job-dir", type=Path, help="a finished job directory (uses DIR/adapter)")
+    pr.add_argument("--base-model", type=Path, help="base model directory (default: the one the adapter records)")
+    pr.add_argument("--adapter", type=Path, help="adapter directory (default: DIR/adapter)")
+    pr.add_argument("--input", required=True, type=Path, help="JSONL rows with 'id' and 'text' or 'prompt'")
+    pr.add_argument("--output", required=True, type=Path, help="JSONL predictions, one per input row")
+    pr.add_argument("--max-new-tokens", type=int, default=32)
+    pr.add_argument("--batch-size", type=int, default=32)
+    pf = sub.add_parser("preflight", help="prove the GPU computes; print one JSON line")
+    pf.add_argument("--size", type=int, default=4096, help="matmul side length")
+    pf.add_argument("--max-seconds", type=float, default=10.0, help="time budget of the timing loop")
+    mt = sub.add_parser("make-tiny-model", help="write a tiny random causal LM and tokenizer to DIR")
+    mt.add_argument("dir", type=Path)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    if args.command == "run":
+        from trainer.run import run_job
+
+        return run_job(args.job_dir, max_seconds=args.max_seconds, slice_steps=args.slice_steps)
+    if args.command == "predict":
+        from trainer.predict import main_predict
+
+        return main_predict(job_dir=args.job_dir, base_model=args.base_model, adapter=args.adapter,
+                            input_path=args.input, output_path=args.output,
+                            max_new_tokens=args.max_new_tokens, batch_size=args.batch_size)
+    if args.command == "preflight":
+        from trainer.preflight import main_preflight
+
+        return main_preflight(size=args.size, max_seconds=args.max_seconds)
+    from trainer.tiny import write_tiny_causal_lm
+
+    print(write_tiny_causal_lm(args.dir))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
