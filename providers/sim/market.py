@@ -272,7 +272,7 @@ class SimMarket:
             phase = self._phase(inst, now)
             if phase == "running" and not inst.stopped:
                 if not inst.runtime_up:
-                    self._runtime_upd(inst)
+                    self._runtime_up(inst)
             else:
                 self._runtime_down(inst)
                 ready = self._ready_at(inst)
@@ -280,12 +280,12 @@ class SimMarket:
                     next_due = ready if next_due is None else min(next_due, ready)
         return next_due
 
-    def _runtime_upd(self, inst: _Inst) -> None:
-        inst.runtime_up = True
+    def _runtime_up(self, inst: _Inst) -> None:
         if self._runtime is not None:
             inst.ssh = self._runtime.up(inst.instance_id, inst.host, inst.spec, inst.created_at)
-        else:
+        else:  # in-process: nothing answers there; the campaign simulator observes through the referee
             inst.ssh = SSHEndpoint(host=f"{inst.host.machine_id}.sim.invalid", port=22)
+        inst.runtime_up = True
 
     def _runtime_down(self, inst: _Inst) -> None:
         if inst.runtime_up:
