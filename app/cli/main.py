@@ -11,7 +11,7 @@ import sys
 
 import typer
 
-from app.cli import budget_cmd, doctor_cmd, gate_cmd, ledger_cmd, sim_cmd, stack_cmd
+from app.cli import budget_cmd, doctor_cmd, gate_cmd, ledger_cmd, market_cmd, sim_cmd, stack_cmd
 from app.errors import UserError
 
 cli = typer.Typer(
@@ -25,6 +25,8 @@ cli = typer.Typer(
 
 cli.add_typer(ledger_cmd.app, name="ledger")
 cli.add_typer(budget_cmd.app, name="budget")
+cli.add_typer(market_cmd.app, name="market")
+market_cmd.register(cli)
 cli.add_typer(gate_cmd.app, name="gate")
 cli.add_typer(sim_cmd.app, name="sim")
 stack_cmd.register(cli)
