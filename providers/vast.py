@@ -23,6 +23,7 @@ from app.market import (
     Instance,
     InstanceState,
     LaunchSpec,
+    MarketError,
     Offer,
     OfferGone,
     OfferQuery,
@@ -303,9 +304,15 @@ class VastMarket:
             raise ProviderError(f"create answered without `new_contract`: {data!r:.200}", provider=PROVIDER)
         instance_id = str(contract)
         if spec.ssh_public_key.strip():
-            self._call(
-                "POST", f"/api/v0/instances/{instance_id}/ssh/", json={"ssh_key": spec.ssh_public_key.strip()}
-            )
+            # The instance exists and bills from here on: never lose its id to a failed key upload.
+            # Vast also installs the account's keys; without ours, SSH preflight fails and the
+            # instance is destroyed as a failed boot, with its create on the ledger.
+            try:
+                self._call(
+                    "POST", f"/api/v0/instances/{instance_id}/ssh/", json={"ssh_key": spec.ssh_public_key.strip()}
+                )
+            except MarketError as exc:
+                log.warning("vast: instance %s created, but attaching the SSH key failed: %s", instance_id, exc)
         return instance_id
 
     def status(self, instance_id: str) -> Instance:

@@ -85,6 +85,13 @@ def test_create_sends_the_launch_spec_and_attaches_the_ssh_key(vast: VastMarket,
     assert (got.state, got.ssh, got.label, got.machine_id, got.dph_total) == ("pending", None, "th-job-7", "41", 0.11)
 
 
+def test_a_failed_key_upload_does_not_lose_the_new_instance(vast: VastMarket, fake_vast: FakeVast) -> None:
+    """The instance exists once the ask is accepted: create returns its id even if the SSH key upload fails."""
+    fake_vast.inject(500, {"success": False, "error": "internal", "msg": "oops"}, match="/ssh/")
+    instance_id = vast.create(_offer(vast, "5001"), SPEC)
+    assert instance_id in fake_vast.instances
+
+
 def test_create_of_a_taken_offer_is_offer_gone_and_not_retried(vast: VastMarket, fake_vast: FakeVast) -> None:
     """Between search and create someone rents the offer: 404 no_such_ask becomes OfferGone after one call."""
     offer = _offer(vast, "5002")
