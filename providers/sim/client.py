@@ -95,5 +95,10 @@ class SimClientMarket:
         body = self._call("GET", "/v1/referee/bills")
         return list(body["bills"])
 
+    def referee_truth(self, instance_id: str) -> dict[str, Any]:
+        """The host's truth (for the simulator's referee and tests, never for policy)."""
+        body: dict[str, Any] = self._call("GET", f"/v1/referee/truth/{instance_id}")
+        return body
+
     def close(self) -> None:
         self._http.close()

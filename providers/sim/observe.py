@@ -43,8 +43,10 @@ EXPECTED_TFLOPS_BF16: dict[str, float] = {
     "H100 SXM": 989.5,
 }
 
+# the text torch raises on a host whose driver is older than the image's CUDA runtime; the same
+# text `trainer/preflight.py` reports on a simulated host with `computes: false`
 CUDA_DRIVER_ERROR = (
-    "RuntimeError: CUDA error: CUDA driver version is insufficient for CUDA runtime version"
+    "CUDA driver version is insufficient for CUDA runtime version (cudaErrorInsufficientDriver, error 35)"
 )
 
 
@@ -84,27 +86,35 @@ def truth_file(
 
 
 def preflight_report(truth: HostTruth) -> dict[str, Any]:
-    """The one JSON line a preflight prints on a running host with this truth."""
-    if not truth.computes:
-        return {
-            "ok": False,
-            "cuda_init": False,
-            "error": CUDA_DRIVER_ERROR,
-            # nvidia-smi still shows a healthy card: the lie the preflight exists to catch
-            "gpu_name": truth.actual_gpu_name,
-            "gpu_ram_gb": truth.actual_gpu_ram_gb,
-            "matmul_finite": False,
-            "tflops_bf16": None,
-            "simulated": True,
-        }
-    full = expected_tflops_bf16(truth.actual_gpu_name)
-    return {
-        "ok": True,
-        "cuda_init": True,
+    """The JSON line `python -m trainer preflight` prints on a running host with this truth.
+
+    Same keys and values as trainer/preflight.py's simulated mode, so the campaign simulator
+    (no SSH) and the Celery path (real SSH) feed the judgement the same observation.
+    """
+    report: dict[str, Any] = {
+        "ok": False,
+        "cuda_initialised": False,
+        "gpu_name": None,
+        "vram_gb": None,
+        "driver": None,
+        "cuda": None,
+        "matmul_finite": False,
+        "tflops_bf16": None,
         "error": None,
-        "gpu_name": truth.actual_gpu_name,
-        "gpu_ram_gb": truth.actual_gpu_ram_gb,
-        "matmul_finite": True,
-        "tflops_bf16": None if full is None else round(full * truth.tflops_factor, 2),
         "simulated": True,
     }
+    if not truth.computes:
+        report["error"] = CUDA_DRIVER_ERROR
+        return report
+    full = expected_tflops_bf16(truth.actual_gpu_name)
+    report.update(
+        ok=True,
+        cuda_initialised=True,
+        gpu_name=truth.actual_gpu_name,
+        vram_gb=float(truth.actual_gpu_ram_gb),
+        driver="sim",
+        cuda="sim",
+        matmul_finite=True,
+        tflops_bf16=None if full is None else round(full * truth.tflops_factor, 3),
+    )
+    return report

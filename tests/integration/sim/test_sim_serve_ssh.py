@@ -10,13 +10,15 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from app.market import LaunchSpec, OfferQuery
 from app.ssh import FileHostKeyPin, HostUnreachable, SSHHostShell, generate_keypair
 from providers.sim.client import SimClientMarket
-from providers.sim.trace import TRACE_FORMAT
+from providers.sim.observe import preflight_report
+from providers.sim.trace import TRACE_FORMAT, HostTruth
 from tests.support.services import wait_until
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -32,9 +34,15 @@ TRACE = {
         {"machine_id": "m-stale", "offer": {"gpu_name": "RTX 3090", "gpu_ram_gb": 24, "dph": 0.10},
          "truth": {"pull_mbps": 400, "computes": False, "actual_gpu_ram_gb": 20}},
         {"machine_id": "m-dies", "offer": {"gpu_name": "RTX 4090", "gpu_ram_gb": 24, "dph": 0.30},
-         "truth": {"pull_mbps": 400, "dies_at_s": 150}},
+         "truth": {"pull_mbps": 400, "dies_at_s": 300}},
     ],
 }
+
+
+def same_observation(seen: dict[str, Any], predicted: dict[str, Any]) -> bool:
+    """The real preflight on a sim host reports what the campaign simulator's hook predicts."""
+    keys = ("ok", "cuda_initialised", "gpu_name", "vram_gb", "matmul_finite", "tflops_bf16", "error")
+    return {k: seen.get(k) for k in keys} == {k: predicted.get(k) for k in keys}
 
 
 def port_open(port: int) -> bool:
@@ -79,8 +87,22 @@ def test_sim_host_runs_commands_over_ssh_then_refuses_after_destroy_and_death(
         return market.create(offers[machine_id], spec)
 
     good, stale, dies = rent("m-good"), rent("m-stale"), rent("m-dies")
+
+    def market_truth(iid: str) -> HostTruth:
+        return HostTruth(**{k: v for k, v in market.referee_truth(iid).items()})
+
     assert {i.instance_id for i in market.list_instances("job-7/")} == {good, stale, dies}
     assert market.status(good).state == "loading"
+
+    # death at 300 sim-s: the server stops that host's sshd on time, without anyone polling
+    assert wait_until(lambda: market.status(dies).state == "running", timeout_s=20)
+    dies_ssh = market.status(dies).ssh
+    assert dies_ssh is not None and port_open(dies_ssh.port)
+    assert wait_until(lambda: not port_open(dies_ssh.port), timeout_s=20)
+    assert market.status(dies).state == "gone"
+    with pytest.raises(HostUnreachable):
+        SSHHostShell(dies_ssh, keys.private_key_path, connect_timeout_s=3).run("true")
+
     assert wait_until(lambda: market.status(good).state == "running", timeout_s=20)
 
     inst = market.status(good)
@@ -91,8 +113,9 @@ def test_sim_host_runs_commands_over_ssh_then_refuses_after_destroy_and_death(
         truth = json.loads(r.stdout[: r.stdout.rindex("}") + 1])
         assert (truth["computes"], truth["actual_gpu_name"], truth["instance_id"]) == (True, "RTX 3090", good)
         assert r.stdout.strip().endswith("/sandbox")
-        py = shell.run("python -c 'import json,os; print(json.load(open(os.environ[\"TUNEHARNESS_SIM_TRUTH\"]))[\"tflops_factor\"])'")
-        assert py.stdout.strip() == "1.0", py.stderr
+        preflight = shell.run("python -m trainer preflight", timeout_s=60)
+        assert preflight.exit_code == 0, preflight.stderr
+        assert same_observation(json.loads(preflight.stdout.strip().splitlines()[-1]), preflight_report(market_truth(good)))
     assert pin.get() is not None
 
     assert wait_until(lambda: market.status(stale).state == "running", timeout_s=20)
@@ -102,15 +125,9 @@ def test_sim_host_runs_commands_over_ssh_then_refuses_after_destroy_and_death(
         truth = json.loads(shell.run('cat "$TUNEHARNESS_SIM_TRUTH"').stdout)
         assert (truth["computes"], truth["actual_gpu_ram_gb"]) == (False, 20)
         assert "CUDA driver version is insufficient" in truth["cuda_error"]
-
-    # death at 150 sim-s: the server stops that host's sshd on time, without anyone polling
-    assert wait_until(lambda: market.status(dies).state == "running", timeout_s=20)
-    dies_ssh = market.status(dies).ssh
-    assert dies_ssh is not None and port_open(dies_ssh.port)
-    assert wait_until(lambda: not port_open(dies_ssh.port), timeout_s=20)
-    assert market.status(dies).state == "gone"
-    with pytest.raises(HostUnreachable):
-        SSHHostShell(dies_ssh, keys.private_key_path, connect_timeout_s=3).run("true")
+        preflight = shell.run("python -m trainer preflight", timeout_s=60)
+        assert preflight.exit_code == 1
+        assert same_observation(json.loads(preflight.stdout.strip().splitlines()[-1]), preflight_report(market_truth(stale)))
 
     # destroy: SSH refused at once, the machine is listed again
     market.destroy(good)
@@ -122,7 +139,7 @@ def test_sim_host_runs_commands_over_ssh_then_refuses_after_destroy_and_death(
 
     bills = {b["instance_id"]: b for b in market.referee_bills()}
     assert bills[dies]["end_reason"] == "died" and bills[good]["end_reason"] == "destroyed"
-    assert bills[dies]["gpu_seconds"] == pytest.approx(150, abs=1e-6)
+    assert bills[dies]["gpu_seconds"] == pytest.approx(300, abs=1e-6)
     assert bills[good]["gpu_usd"] > 0
 
 
