@@ -216,7 +216,7 @@ def _record(
     return row.seq
 
 
-def _look_up(market: Market, provider: str, instance: str) -> Instance:
+def _look_up(market: Market, instance: str) -> Instance:
     with _vendor_errors():
         return market.status(instance)
 
@@ -232,7 +232,7 @@ def stop(
 
     ledger = bootstrap.ledger()  # first: nothing is changed unless it can be written down
     market = _market(provider)
-    before = _look_up(market, provider.value, instance)
+    before = _look_up(market, instance)
     if before.state == "gone":
         raise UserError(f"{provider.value} has no instance {instance}: it is gone, nothing to stop. "
                         f"Fix: check the id with `tuneharness market instances --provider {provider.value}`")
@@ -261,7 +261,7 @@ def destroy(
                         "for confirmation, and nothing was destroyed. Fix: add --yes if you mean it")
     ledger = bootstrap.ledger()
     market = _market(provider)
-    before = _look_up(market, provider.value, instance)
+    before = _look_up(market, instance)
     if not yes:
         rate = "?" if before.dph_total is None else f"${before.dph_total:.4f}/h"
         typer.confirm(
