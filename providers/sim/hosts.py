@@ -62,7 +62,8 @@ class SshdHostRuntime:
                 "HF_HUB_OFFLINE": "1",
                 "TRANSFORMERS_OFFLINE": "1",
             }
-            env.update({k: v for k, v in spec.env.items() if k.isidentifier()})
+            # the job's env as a real host would set it; the simulator's own variables win
+            env = {**{k: v for k, v in spec.env.items() if k.isidentifier()}, **env}
             sshd = existing or Sshd(base / "sshd", spec.ssh_public_key, workdir=sandbox, env=env)
             try:
                 sshd.start()  # same host key on restart (stop/start): the same machine
