@@ -14,7 +14,6 @@ from typing import Any
 
 import pytest
 from sqlalchemy import Engine
-from support.services import wait_until
 
 from app.alerts import (
     Alert,
@@ -27,6 +26,7 @@ from app.alerts import (
 )
 from app.db import init_db, make_engine
 from app.errors import SettingsError
+from support.services import wait_until
 
 SECRET = "T000/B000/s3cr3t-t0ken"
 
