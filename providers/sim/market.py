@@ -144,6 +144,7 @@ class SimMarket:
         self._lock = threading.RLock()
         self._ids = itertools.count(1)
         self._insts: dict[str, _Inst] = {}
+        self._active: dict[str, _Inst] = {}  # not yet finalized as ended: what _sync looks at
         self._live_by_machine: dict[str, str] = {}
         self._generation: dict[str, int] = {h.machine_id: 1 for h in trace.hosts}
         self.referee = SimReferee(self)
@@ -182,6 +183,7 @@ class SimMarket:
             inst = _Inst(instance_id=iid, host=host, spec=spec, disk_gb=disk, created_at=now)
             inst.gpu_intervals.append([now, None])
             self._insts[iid] = inst
+            self._active[iid] = inst
             self._live_by_machine[host.machine_id] = iid
             self._sync()
         self._changed()
@@ -189,8 +191,9 @@ class SimMarket:
 
     def status(self, instance_id: str) -> Instance:
         with self._lock:
-            self._sync()
             inst = self._insts.get(instance_id)
+            if inst is not None and instance_id in self._active:
+                self._sync_one(inst, self.clock.now())
             if inst is None:
                 return Instance(
                     provider=PROVIDER, instance_id=instance_id, machine_id=None, label=None, state="gone",
@@ -204,7 +207,7 @@ class SimMarket:
             now = self.clock.now()
             return [
                 self._instance(i, now)
-                for i in self._insts.values()
+                for i in self._active.values()
                 if i.ended_at(now)[0] is None and i.spec.label.startswith(label_prefix)
             ]
 
@@ -255,29 +258,34 @@ class SimMarket:
     def _sync(self) -> float | None:
         now = self.clock.now()
         next_due: float | None = None
-        for inst in self._insts.values():
-            ended, _ = inst.ended_at(now)
-            if ended is not None:
-                if self._live_by_machine.get(inst.host.machine_id) == inst.instance_id:
-                    del self._live_by_machine[inst.host.machine_id]
-                    self._generation[inst.host.machine_id] += 1
-                for iv in inst.gpu_intervals:
-                    if iv[1] is None:
-                        iv[1] = ended
-                self._runtime_down(inst)
-                continue
-            died = inst.died_at()
-            if died is not None:
-                next_due = died if next_due is None else min(next_due, died)
-            phase = self._phase(inst, now)
-            if phase == "running" and not inst.stopped:
-                if not inst.runtime_up:
-                    self._runtime_up(inst)
-            else:
-                self._runtime_down(inst)
-                ready = self._ready_at(inst)
-                if ready is not None and ready > now:
-                    next_due = ready if next_due is None else min(next_due, ready)
+        for inst in list(self._active.values()):
+            due = self._sync_one(inst, now)
+            if due is not None:
+                next_due = due if next_due is None else min(next_due, due)
+        return next_due
+
+    def _sync_one(self, inst: _Inst, now: float) -> float | None:
+        """Apply what is due for one instance; return when it next changes by itself."""
+        ended, _ = inst.ended_at(now)
+        if ended is not None:
+            if self._live_by_machine.get(inst.host.machine_id) == inst.instance_id:
+                del self._live_by_machine[inst.host.machine_id]
+                self._generation[inst.host.machine_id] += 1
+            for iv in inst.gpu_intervals:
+                if iv[1] is None:
+                    iv[1] = ended
+            self._runtime_down(inst)
+            self._active.pop(inst.instance_id, None)
+            return None
+        next_due = inst.died_at()
+        if self._phase(inst, now) == "running" and not inst.stopped:
+            if not inst.runtime_up:
+                self._runtime_up(inst)
+        else:
+            self._runtime_down(inst)
+            ready = self._ready_at(inst)
+            if ready is not None and ready > now:
+                next_due = ready if next_due is None else min(next_due, ready)
         return next_due
 
     def _runtime_up(self, inst: _Inst) -> None:
