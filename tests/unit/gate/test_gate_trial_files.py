@@ -193,3 +193,19 @@ def test_gate_json_values_are_exact_decimals(tmp_path: Path) -> None:
     assert cfg.min_margin == Fraction(1, 10) and cfg.max_missed == Fraction(1, 50)
     assert cfg.ood["forum"].floor == Fraction(85, 100) and cfg.ood["forum"].blocking is False
     assert (t.meta.model, t.meta.task, t.meta.baseline_name) == ("triage", "log triage", "rules")
+
+
+def test_reordered_lines_give_the_same_decision_and_a_new_hash(tmp_path: Path) -> None:
+    """Reversing every file's lines leaves the verdict unchanged; the hash identifies the bytes."""
+    from app.policy.gate_rules import judge
+
+    files = {
+        "baseline.jsonl": [row("a"), row("b", "nan", "ok"), row("c", "oom", "ok"), row("o", "ok", "nan", "ood:x")],
+        "candidate-seed-1.jsonl": [row("a"), row("b", "nan", "nan"), row("c", "oom", "ok"), row("o", "ok", "ok", "ood:x")],
+        "candidate-seed-2.jsonl": [row("a", "ok", "nan"), row("b", "nan", "nan"), row("c", "oom", "oom"), row("o", "ok", "nan", "ood:x")],
+    }
+    gate = {"metric": "macro_f1", "ood": {"x": {"floor": 0.5, "blocking": False}}, "critical_labels": ["oom"], "max_missed": 0.5}
+    first = load_trial(write_trial(tmp_path / "a", gate=gate, files=files))
+    second = load_trial(write_trial(tmp_path / "b", gate=gate, files={k: v[::-1] for k, v in files.items()}))
+    assert judge(first.trial).as_dict() == judge(second.trial).as_dict()
+    assert first.trial_hash != second.trial_hash
