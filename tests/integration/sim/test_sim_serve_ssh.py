@@ -165,3 +165,14 @@ def test_stop_closes_ssh_and_start_brings_the_same_host_back(
     with SSHHostShell(again, keys.private_key_path, pin=pin) as shell:
         assert shell.run("cat kept.txt").stdout == "kept\n"
     market.destroy(iid)
+
+
+def test_sim_serve_refuses_bad_input_with_one_line(tmp_path: Path) -> None:
+    """A bad trace or scale is one line on stderr and exit code 2, no traceback."""
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({**TRACE, "hosts": [{"machine_id": "m", "offer": {"gpu_name": "x", "dph": 1}}]}))
+    for args, named in ((["--trace", str(bad)], "hosts[0].offer.gpu_ram_gb"), (["--scale", "0"], "--scale")):
+        r = subprocess.run([sys.executable, "-m", "app.cli.main", "sim", "serve", *args], cwd=ROOT,
+                           capture_output=True, text=True, timeout=60, env={**os.environ, "TUNEHARNESS_HOME": str(tmp_path)})
+        assert r.returncode == 2 and "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
+        assert named in r.stderr
