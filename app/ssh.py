@@ -43,6 +43,9 @@ __all__ = [
 ]
 
 
+EOF_GRACE_S = 2.0
+
+
 class SSHError(TuneharnessError):
     """Root of the errors raised while talking to a host over SSH."""
 
@@ -233,20 +236,26 @@ class SSHHostShell:
             chan.exec_command(command)
             out, err = bytearray(), bytearray()
             deadline = time.monotonic() + timeout_s
+            exited_at: float | None = None
             while True:
                 while chan.recv_ready():
                     out += chan.recv(65536)
                 while chan.recv_stderr_ready():
                     err += chan.recv_stderr(65536)
-                if chan.exit_status_ready() and not chan.recv_ready() and not chan.recv_stderr_ready():
-                    break
+                drained = not chan.recv_ready() and not chan.recv_stderr_ready()
+                if chan.exit_status_ready():
+                    # output still waiting on the flow-control window can arrive after the exit
+                    # status: finish at EOF, or after a grace for a background child holding it open
+                    exited_at = exited_at if exited_at is not None else time.monotonic()
+                    if drained and (chan.eof_received or time.monotonic() - exited_at > EOF_GRACE_S):
+                        break
                 if not transport.is_active():
                     raise HostUnreachable(f"{self._where}: connection dropped while running a command")
                 left = deadline - time.monotonic()
                 if left <= 0:
                     chan.close()
                     raise CommandTimedOut(f"{self._where}: command ran past {timeout_s:g}s: {command[:80]}")
-                select.select([chan], [], [], min(left, 1.0))
+                select.select([chan], [], [], min(left, 0.2 if exited_at is not None else 1.0))
             code = chan.recv_exit_status()
             chan.close()
         except (paramiko.SSHException, OSError, EOFError) as exc:
