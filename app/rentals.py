@@ -1,0 +1,342 @@
+"""Our own record of every instance we rent, and the create protocol that never leaks one.
+
+A create is four steps, each safe to crash after:
+
+1. reserve the budget (idempotent per job and attempt);
+2. write the *intent*: a row with the label (job, attempt and kill-time inside it) before the
+   provider hears of it;
+3. ask the provider; a retried create first looks for its label at the provider and adopts
+   what it finds instead of creating again;
+4. record the instance id and the ledger event `instance_created`.
+
+A crash between 3 and 4 leaves an intent without an id and an instance carrying its label; the
+reconciler joins the two (adopts the instance, then stops it if nobody claims it). Nothing here
+destroys an instance that held work: `destroy(by="automation")` refuses unless the instance
+never held the job's work (money invariant 3).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from sqlalchemy import Engine, select
+from sqlmodel import Field, SQLModel
+
+from app.budget import Budget
+from app.db import read_connection, write_transaction
+from app.errors import TuneharnessError, UserError
+from app.ledger import Event, Ledger
+from app.market import LaunchSpec, Market, Offer
+from app.policy.guardrails import LABEL_PREFIX, label_for, parse_label
+
+__all__ = [
+    "LABEL_PREFIX",
+    "DestroyRefused",
+    "Rental",
+    "RentalRow",
+    "Rentals",
+    "label_for",
+    "parse_label",
+]
+
+FaultHook = Callable[[str], None]
+
+RentalState = Literal["intent", "active", "stopped", "destroyed", "lost", "abandoned"]
+
+
+def _no_fault(_step: str) -> None:
+    return None
+
+
+class DestroyRefused(TuneharnessError):
+    """Automation asked to destroy an instance that held the job's work: only the operator may."""
+
+
+class RentalRow(SQLModel, table=True):
+    __tablename__ = "rentals"
+
+    id: str = Field(primary_key=True)  # "<job>:<attempt>"
+    job: str = Field(index=True)
+    attempt: int
+    provider: str
+    offer_id: str
+    machine_id: str | None = None
+    label: str = Field(unique=True)
+    instance_id: str | None = Field(default=None, index=True)
+    rate_usd_per_hour: float | None = None
+    disk_gb: float = 0.0
+    storage_per_gb_month: float | None = None
+    reservation_id: str | None = None
+    state: str = Field(index=True)
+    held_work: bool = False
+    created_at: float
+    accepted_at: float | None = None
+    kill_at: float
+    stopped_at: float | None = None
+    ended_at: float | None = None
+    idle_since: float | None = None
+    last_gpu_util: float | None = None
+    offer_json: str = "{}"
+
+
+@dataclass(frozen=True, slots=True)
+class Rental:
+    id: str
+    job: str
+    attempt: int
+    provider: str
+    offer_id: str
+    machine_id: str | None
+    label: str
+    instance_id: str | None
+    rate_usd_per_hour: float | None
+    disk_gb: float
+    storage_per_gb_month: float | None
+    reservation_id: str | None
+    state: str
+    held_work: bool
+    created_at: float
+    accepted_at: float | None
+    kill_at: float
+    stopped_at: float | None
+    ended_at: float | None
+    idle_since: float | None
+    last_gpu_util: float | None
+
+    @property
+    def billing_gpu(self) -> bool:
+        return self.state in ("intent", "active")
+
+
+_T = RentalRow.__table__  # type: ignore[attr-defined]
+
+
+def _row(r: Any) -> Rental:
+    return Rental(
+        r.id, r.job, r.attempt, r.provider, r.offer_id, r.machine_id, r.label, r.instance_id,
+        r.rate_usd_per_hour, r.disk_gb, r.storage_per_gb_month, r.reservation_id, r.state,
+        bool(r.held_work), r.created_at, r.accepted_at, r.kill_at, r.stopped_at, r.ended_at, r.idle_since,
+        r.last_gpu_util,
+    )
+
+
+def _offer_json(offer: Offer) -> str:
+    return json.dumps(
+        {k: getattr(offer, k) for k in (
+            "provider", "offer_id", "machine_id", "gpu_name", "num_gpus", "gpu_ram_gb", "dph_total",
+            "storage_per_gb_month", "inet_down_per_gb", "inet_down_mbps", "reliability", "cuda_max")},
+        sort_keys=True,
+    )
+
+
+def offer_from_json(text: str) -> Offer:
+    return Offer(**json.loads(text))
+
+
+class Rentals:
+    """The registry of rentals plus the create/stop/destroy protocol, on one database."""
+
+    def __init__(self, engine: Engine, *, ledger: Ledger | None = None, budget: Budget | None = None) -> None:
+        self.engine = engine
+        self.ledger = ledger or Ledger(engine)
+        self.budget = budget or Budget(engine, self.ledger)
+
+    # -- reads ------------------------------------------------------------------------------
+    def get(self, rental_id: str) -> Rental | None:
+        with read_connection(self.engine) as conn:
+            r = conn.execute(select(_T).where(_T.c.id == rental_id)).first()
+        return None if r is None else _row(r)
+
+    def by_instance(self, provider: str, instance_id: str) -> Rental | None:
+        with read_connection(self.engine) as conn:
+            r = conn.execute(
+                select(_T).where(_T.c.provider == provider, _T.c.instance_id == instance_id)
+            ).first()
+        return None if r is None else _row(r)
+
+    def by_label(self, label: str) -> Rental | None:
+        with read_connection(self.engine) as conn:
+            r = conn.execute(select(_T).where(_T.c.label == label)).first()
+        return None if r is None else _row(r)
+
+    def all(self, *, states: Sequence[str] | None = None, job: str | None = None) -> list[Rental]:
+        q = select(_T).order_by(_T.c.created_at, _T.c.id)
+        if states is not None:
+            q = q.where(_T.c.state.in_(list(states)))
+        if job is not None:
+            q = q.where(_T.c.job == job)
+        with read_connection(self.engine) as conn:
+            return [_row(r) for r in conn.execute(q)]
+
+    def offer_of(self, rental_id: str) -> Offer:
+        with read_connection(self.engine) as conn:
+            text = conn.execute(select(_T.c.offer_json).where(_T.c.id == rental_id)).scalar_one()
+        return offer_from_json(str(text))
+
+    # -- the create protocol ----------------------------------------------------------------
+    def plan(
+        self, *, job: str, attempt: int, offer: Offer, disk_gb: float, ttl_s: float, now: float,
+        reserve_usd: float, budget_name: str,
+    ) -> Rental:
+        """Steps 1 and 2: reserve, then write the intent. Idempotent per (job, attempt)."""
+        rental_id = f"{job}:{attempt}"
+        existing = self.get(rental_id)
+        if existing is not None:
+            return existing
+        reservation = self.budget.reserve(
+            budget_name, reserve_usd, job=job, idempotency_key=f"reserve:{rental_id}"
+        )
+        label = label_for(job, attempt, now + ttl_s)
+        with write_transaction(self.engine, lock=f"tuneharness.rental.{rental_id}") as conn:
+            if conn.execute(select(_T.c.id).where(_T.c.id == rental_id)).first() is None:
+                conn.execute(_T.insert().values(
+                    id=rental_id, job=job, attempt=attempt, provider=offer.provider,
+                    offer_id=offer.offer_id, machine_id=offer.machine_id, label=label,
+                    rate_usd_per_hour=offer.dph_total, disk_gb=disk_gb,
+                    storage_per_gb_month=offer.storage_per_gb_month, reservation_id=reservation.id,
+                    state="intent", created_at=now, kill_at=now + ttl_s, offer_json=_offer_json(offer),
+                ))
+        got = self.get(rental_id)
+        assert got is not None
+        return got
+
+    def execute(
+        self, rental_id: str, *, market: Market, spec: LaunchSpec, now: float,
+        fault: FaultHook = _no_fault,
+    ) -> Rental:
+        """Steps 3 and 4: create at the provider (or adopt what a crashed try created), record it."""
+        rental = self.get(rental_id)
+        if rental is None:
+            raise UserError(f"no planned rental {rental_id!r}")
+        fault("after_reservation")
+        if rental.instance_id is not None or rental.state != "intent":
+            return rental
+        found = [i for i in market.list_instances(rental.label) if i.label == rental.label]
+        if found:
+            instance_id, adopted = found[0].instance_id, True
+        else:
+            offer = self.offer_of(rental_id)
+            instance_id = market.create(offer, LaunchSpec(
+                image=spec.image, disk_gb=spec.disk_gb, label=rental.label,
+                ssh_public_key=spec.ssh_public_key,
+                env={**spec.env, "TUNEHARNESS_KILL_AT": str(int(rental.kill_at))}, onstart=spec.onstart,
+            ))
+            adopted = False
+        fault("after_provider_accepted")
+        return self._accept(rental, instance_id, now=now, adopted=adopted, fault=fault)
+
+    def _accept(self, rental: Rental, instance_id: str, *, now: float, adopted: bool,
+                fault: FaultHook = _no_fault) -> Rental:
+        with write_transaction(self.engine, lock=f"tuneharness.rental.{rental.id}") as conn:
+            current = conn.execute(select(_T).where(_T.c.id == rental.id)).first()
+            if current is not None and current.instance_id is None:
+                conn.execute(_T.update().where(_T.c.id == rental.id).values(
+                    instance_id=instance_id, state="active", accepted_at=now))
+                self.ledger.append(Event(
+                    kind="instance_created", job=rental.job, instance=instance_id,
+                    provider=rental.provider, machine=rental.machine_id,
+                    rate_usd_per_hour=rental.rate_usd_per_hour,
+                    reason="adopted after a crashed create" if adopted else "rented for the job",
+                    payload={"label": rental.label, "offer_id": rental.offer_id, "attempt": rental.attempt,
+                             "kill_at": rental.kill_at, "reservation": rental.reservation_id},
+                    idempotency_key=f"create:{rental.id}",
+                ), conn=conn)
+        fault("after_ledger")
+        got = self.get(rental.id)
+        assert got is not None
+        return got
+
+    def adopt(self, rental_id: str, instance_id: str, *, now: float) -> Rental:
+        """The reconciler found the instance a crashed create left behind: record it."""
+        rental = self.get(rental_id)
+        if rental is None:
+            raise UserError(f"no planned rental {rental_id!r}")
+        return self._accept(rental, instance_id, now=now, adopted=True)
+
+    # -- state changes (each one ledger event, exactly once) --------------------------------
+    def mark_held_work(self, rental_id: str) -> None:
+        """Training started here: from now on only the operator may destroy it."""
+        with write_transaction(self.engine, lock=f"tuneharness.rental.{rental_id}") as conn:
+            conn.execute(_T.update().where(_T.c.id == rental_id).values(held_work=True))
+
+    def note_utilisation(self, rental_id: str, *, gpu_util: float | None, idle_since: float | None) -> None:
+        with write_transaction(self.engine, lock=f"tuneharness.rental.{rental_id}") as conn:
+            conn.execute(_T.update().where(_T.c.id == rental_id).values(
+                last_gpu_util=gpu_util, idle_since=idle_since))
+
+    def transition(
+        self, rental_id: str, *, to: RentalState, from_states: Sequence[str], kind: str, reason: str,
+        now: float, evidence: dict[str, Any] | None = None, alert: str | None = None,
+    ) -> bool:
+        """Move a rental between states under its lock; write the ledger event only if it moved.
+
+        Two watchdogs racing over the same instance: one transition, one event.
+        """
+        with write_transaction(self.engine, lock=f"tuneharness.rental.{rental_id}") as conn:
+            r = conn.execute(select(_T).where(_T.c.id == rental_id)).first()
+            if r is None or r.state not in from_states:
+                return False
+            values: dict[str, Any] = {"state": to}
+            if to == "stopped":
+                values["stopped_at"] = now
+            if to == "active":
+                values["stopped_at"] = None
+            if to in ("destroyed", "lost", "abandoned"):
+                values["ended_at"] = now
+                if r.stopped_at is None and r.state == "active":
+                    values["stopped_at"] = now
+            conn.execute(_T.update().where(_T.c.id == rental_id).values(**values))
+            self.ledger.append(Event(
+                kind=kind, job=r.job, instance=r.instance_id, provider=r.provider, machine=r.machine_id,
+                rate_usd_per_hour=r.rate_usd_per_hour, reason=reason,
+                payload={"from": r.state, "to": to, **(evidence or {}), **({"alert": alert} if alert else {})},
+                idempotency_key=f"{kind}:{rental_id}:{r.state}->{to}:{int(now * 1000)}",
+            ), conn=conn)
+        return True
+
+    def stop(self, rental_id: str, *, market: Market, reason: str, kind: str, now: float,
+             evidence: dict[str, Any] | None = None) -> bool:
+        """Automation's strongest move on an instance that held work: stop it (storage still bills)."""
+        rental = self.get(rental_id)
+        if rental is None or rental.instance_id is None or rental.state != "active":
+            return False
+        market.stop(rental.instance_id)
+        return self.transition(rental_id, to="stopped", from_states=("active",), kind=kind,
+                               reason=reason, now=now, evidence=evidence)
+
+    def destroy(self, rental_id: str, *, market: Market, by: Literal["automation", "operator"],
+                reason: str, now: float, evidence: dict[str, Any] | None = None) -> bool:
+        """Destroy. Automation may do so only for an instance that never held the job's work."""
+        rental = self.get(rental_id)
+        if rental is None or rental.instance_id is None:
+            return False
+        if by == "automation" and rental.held_work:
+            raise DestroyRefused(
+                f"{rental.instance_id} held job {rental.job}'s work: automation may stop it, only "
+                "the operator destroys it (tuneharness destroy)"
+            )
+        if rental.state in ("destroyed", "lost"):
+            return False
+        market.destroy(rental.instance_id)
+        moved = self.transition(
+            rental_id, to="destroyed", from_states=("active", "stopped", "intent"),
+            kind="instance_destroyed", reason=reason, now=now,
+            evidence={"by": by, **(evidence or {})},
+        )
+        if moved and rental.reservation_id:
+            spent = self.spent_usd(rental, now=now)
+            self.budget.settle(rental.reservation_id, spent, reason=f"instance destroyed: {reason}")
+        return moved
+
+    def spent_usd(self, rental: Rental, *, now: float) -> float:
+        """Our estimate of what a rental has billed (GPU while active, storage until destroyed)."""
+        start = rental.created_at
+        gpu_end = rental.stopped_at or rental.ended_at or now
+        life_end = rental.ended_at or now
+        gpu = (rental.rate_usd_per_hour or 0.0) * max(0.0, gpu_end - start) / 3600.0
+        life_h = max(0.0, life_end - start) / 3600.0
+        storage = (rental.storage_per_gb_month or 0.0) * rental.disk_gb * life_h / 720.0
+        return gpu + storage

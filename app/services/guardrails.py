@@ -1,0 +1,215 @@
+"""The periodic money sweeps: idle watchdog, reaper, reconciler, budget monitor.
+
+Each sweep covers every instance in one pass (batch work per tick, not a task per instance),
+is idempotent, and is safe to run twice at once: state changes go through
+`Rentals.transition`, so two racing sweeps produce one stop and one ledger event per instance.
+Automation stops; it never destroys here. An alert that cannot be delivered never delays a stop:
+alerts are recorded in the outbox after the money action.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+from sqlalchemy import Engine, select
+from sqlmodel import Field, SQLModel
+
+from app.alerts import Alert, Notifier
+from app.budget import Budget
+from app.db import read_connection, write_transaction
+from app.market import Market, MarketError
+from app.policy.guardrails import (
+    Adopt,
+    Known,
+    Listed,
+    MarkLost,
+    StopOrphan,
+    budget_level,
+    idle_verdict,
+    past_kill_time,
+    reconcile,
+)
+from app.rentals import LABEL_PREFIX, Rentals
+
+__all__ = ["OrphanSighting", "SweepReport", "sweep_budgets", "sweep_idle", "sweep_reconcile", "sweep_ttl"]
+
+JobPhaseOf = Callable[[str], "str | None"]
+
+
+class OrphanSighting(SQLModel, table=True):
+    """When a sweep first saw a labelled instance unknown to the registry."""
+
+    __tablename__ = "orphan_sightings"
+
+    provider: str = Field(primary_key=True)
+    instance_id: str = Field(primary_key=True)
+    first_seen_at: float
+
+
+_SIGHT = OrphanSighting.__table__  # type: ignore[attr-defined]
+
+
+@dataclass
+class SweepReport:
+    name: str
+    examined: int = 0
+    stopped: list[str] = field(default_factory=list)
+    adopted: list[str] = field(default_factory=list)
+    lost: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+
+def _alert(notifier: Notifier | None, alert: Alert) -> None:
+    if notifier is None:
+        return
+    try:
+        notifier.notify(alert)
+    except Exception:  # an alert must never break a sweep
+        pass
+
+
+def sweep_idle(
+    rentals: Rentals, markets: Mapping[str, Market], *, now: float, notifier: Notifier | None = None,
+    grace_s: float = 1800.0, job_phase: JobPhaseOf | None = None,
+) -> SweepReport:
+    """Stop every running instance whose GPU has been idle longer than the grace period."""
+    report = SweepReport("idle_watchdog")
+    for r in rentals.all(states=("active",)):
+        market = markets.get(r.provider)
+        if market is None or r.instance_id is None:
+            continue
+        report.examined += 1
+        try:
+            inst = market.status(r.instance_id)
+        except MarketError as exc:
+            report.errors.append(f"{r.instance_id}: {exc}")
+            continue
+        if inst.state != "running":
+            continue
+        phase = job_phase(r.job) if job_phase else None
+        verdict = idle_verdict(gpu_util_pct=inst.gpu_util, job_phase=phase, idle_since=r.idle_since,
+                               now=now, grace_s=grace_s)
+        rentals.note_utilisation(r.id, gpu_util=inst.gpu_util, idle_since=verdict.idle_since)
+        if not verdict.stop:
+            continue
+        if rentals.stop(r.id, market=market, reason="idle", kind="instance_stopped", now=now,
+                        evidence={"watchdog": "idle", "evidence": verdict.evidence}):
+            report.stopped.append(r.instance_id)
+            _alert(notifier, Alert("idle_stopped", f"stopped idle instance {r.instance_id}: {verdict.evidence}",
+                                   job=r.job, key=f"idle_stopped:{r.id}:{int(now)}"))
+    return report
+
+
+def sweep_ttl(
+    rentals: Rentals, markets: Mapping[str, Market], *, now: float, notifier: Notifier | None = None,
+) -> SweepReport:
+    """Stop every instance past its kill-time (registry rows, and labelled instances we list)."""
+    report = SweepReport("reaper")
+    for r in rentals.all(states=("active",)):
+        market = markets.get(r.provider)
+        if market is None or r.instance_id is None:
+            continue
+        report.examined += 1
+        if not past_kill_time(kill_at=r.kill_at, now=now):
+            continue
+        try:
+            moved = rentals.stop(r.id, market=market, reason="ttl", kind="instance_stopped", now=now,
+                                 evidence={"watchdog": "ttl", "kill_at": r.kill_at})
+        except MarketError as exc:
+            report.errors.append(f"{r.instance_id}: {exc}")
+            continue
+        if moved:
+            report.stopped.append(r.instance_id)
+            _alert(notifier, Alert("ttl_stopped", f"stopped {r.instance_id}: past its kill-time",
+                                   job=r.job, key=f"ttl_stopped:{r.id}"))
+    return report
+
+
+def _first_seen(engine: Engine, provider: str, instance_id: str, now: float) -> float:
+    with write_transaction(engine, lock=f"tuneharness.sighting.{provider}") as conn:
+        row = conn.execute(select(_SIGHT.c.first_seen_at).where(
+            _SIGHT.c.provider == provider, _SIGHT.c.instance_id == instance_id)).first()
+        if row is not None:
+            return float(row.first_seen_at)
+        conn.execute(_SIGHT.insert().values(provider=provider, instance_id=instance_id, first_seen_at=now))
+        return now
+
+
+def sweep_reconcile(
+    rentals: Rentals, markets: Mapping[str, Market], *, now: float, orphan_grace_s: float,
+    notifier: Notifier | None = None,
+) -> SweepReport:
+    """Join every provider's labelled instances with the registry: adopt, stop orphans, mark lost."""
+    report = SweepReport("reconciler")
+    for provider, market in sorted(markets.items()):
+        try:
+            listing = market.list_instances(LABEL_PREFIX)
+            complete = True
+        except MarketError as exc:
+            report.errors.append(f"{provider}: listing failed, nothing stopped: {exc}")
+            listing, complete = [], False
+        known_rows = rentals.all(states=("intent", "active", "stopped"))
+        known = [Known(r.id, r.label, r.instance_id, r.state, r.created_at)
+                 for r in known_rows if r.provider == provider]
+        listed = [
+            Listed(i.instance_id, i.label, i.state, i.started_at,
+                   _first_seen(rentals.engine, provider, i.instance_id, now))
+            for i in listing
+        ]
+        report.examined += len(listed)
+        for action in reconcile(known=known, listed=listed, listing_complete=complete, now=now,
+                                orphan_grace_s=orphan_grace_s):
+            if isinstance(action, Adopt):
+                rentals.adopt(action.rental_id, action.instance_id, now=now)
+                report.adopted.append(action.instance_id)
+            elif isinstance(action, StopOrphan):
+                try:
+                    market.stop(action.instance_id)
+                except MarketError as exc:
+                    report.errors.append(f"{action.instance_id}: {exc}")
+                    continue
+                rentals.ledger.append(_orphan_event(provider, action, now))
+                report.stopped.append(action.instance_id)
+                _alert(notifier, Alert("orphan_stopped", f"stopped orphan {action.instance_id} ({action.label})",
+                                       key=f"orphan_stopped:{provider}:{action.instance_id}"))
+            elif isinstance(action, MarkLost):
+                r = rentals.get(action.rental_id)
+                if r is not None and rentals.transition(
+                    action.rental_id, to="lost", from_states=("active", "stopped"), kind="instance_lost",
+                    reason="provider no longer lists it", now=now, evidence={"evidence": action.evidence},
+                ):
+                    report.lost.append(action.instance_id)
+                    if r.reservation_id:
+                        rentals.budget.settle(r.reservation_id, rentals.spent_usd(r, now=now),
+                                              reason="instance lost: reservation released")
+    return report
+
+
+def _orphan_event(provider: str, action: StopOrphan, now: float):  # type: ignore[no-untyped-def]
+    from app.ledger import Event
+
+    return Event(kind="instance_stopped", instance=action.instance_id, provider=provider,
+                 reason="orphan", payload={"label": action.label, "evidence": action.evidence},
+                 idempotency_key=f"orphan_stopped:{provider}:{action.instance_id}")
+
+
+def sweep_budgets(budget: Budget, *, notifier: Notifier | None = None) -> SweepReport:
+    """Warn at 80% of a cap, and report caps at 100% (the caller stops their jobs)."""
+    report = SweepReport("budget_monitor")
+    for s in budget.status():
+        report.examined += 1
+        level = budget_level(committed_usd=s.reserved_usd + s.spent_usd, cap_usd=s.cap_usd)
+        if level == "ok":
+            continue
+        report.warnings.append(f"{s.name}:{level}")
+        kind = "budget_warning" if level == "warning" else "budget_stop"
+        _alert(notifier, Alert(kind, f"budget {s.name}: ${s.reserved_usd + s.spent_usd:.2f} of ${s.cap_usd:.2f}",
+                               key=f"{kind}:{s.name}:{s.cap_usd}"))
+    return report
+
+
+def known_sightings(engine: Engine) -> dict[tuple[str, str], float]:
+    with read_connection(engine) as conn:
+        return {(r.provider, r.instance_id): r.first_seen_at for r in conn.execute(select(_SIGHT))}

@@ -1,0 +1,172 @@
+"""Idle watchdog, reaper, reconciler and budget monitor decide from observations and only stop."""
+
+from __future__ import annotations
+
+import threading
+
+from app.alerts import InMemoryNotifier
+from app.market import LaunchSpec, OfferQuery
+from app.rentals import Rentals, label_for
+from app.services.guardrails import sweep_budgets, sweep_idle, sweep_reconcile, sweep_ttl
+from providers.sim import VirtualClock
+
+from .conftest import host, make_market, rent
+
+
+def test_a_hung_trainer_is_stopped_after_the_grace_and_a_busy_one_is_not(
+    rentals: Rentals, clock: VirtualClock, notifier: InMemoryNotifier
+) -> None:
+    """GPU at 0% past the grace: stopped, with an alert; a busy GPU keeps running."""
+    market = make_market([host(1, hangs_at_s=100), host(2)], clock)
+    hung = rent(rentals, market, clock, "hung", machine="m-1")
+    busy = rent(rentals, market, clock, "busy", machine="m-2")
+    markets = {"sim": market}
+    for _ in range(8):  # a sweep every 5 minutes for 40 minutes
+        clock.advance(300)
+        sweep_idle(rentals, markets, now=clock.now(), notifier=notifier, grace_s=1800)
+    assert market.status(hung.instance_id or "").state == "stopped"
+    assert market.status(busy.instance_id or "").state == "running"
+    stops = rentals.ledger.rows(kind="instance_stopped")
+    assert [(e.instance, e.reason) for e in stops] == [(hung.instance_id, "idle")]
+    assert notifier.kinds() == ["idle_stopped"]
+    # Idle from t=300 (first 0% sample) -> stopped at the first sweep past the grace: <= grace + interval.
+    stopped_at = rentals.get(hung.id).stopped_at  # type: ignore[union-attr]
+    assert stopped_at is not None and stopped_at - (hung.created_at + 100) <= 1800 + 300
+
+
+def test_a_job_between_slices_is_not_idle(rentals: Rentals, clock: VirtualClock) -> None:
+    """Busy-without-GPU phases never count as idle."""
+    market = make_market([host(1, hangs_at_s=0)], clock)
+    r = rent(rentals, market, clock, "j")
+    for _ in range(10):
+        clock.advance(300)
+        sweep_idle(rentals, {"sim": market}, now=clock.now(), grace_s=1800, job_phase=lambda job: "between_slices")
+    assert market.status(r.instance_id or "").state == "running"
+
+
+def test_the_reaper_stops_what_is_past_its_kill_time(
+    rentals: Rentals, clock: VirtualClock, notifier: InMemoryNotifier
+) -> None:
+    """An instance past its TTL is stopped once, with a ttl_stopped alert."""
+    market = make_market([host(1), host(2)], clock)
+    short = rent(rentals, market, clock, "short", machine="m-1", ttl_s=600)
+    long = rent(rentals, market, clock, "long", machine="m-2", ttl_s=7200)
+    clock.advance(601)
+    sweep_ttl(rentals, {"sim": market}, now=clock.now(), notifier=notifier)
+    sweep_ttl(rentals, {"sim": market}, now=clock.now(), notifier=notifier)
+    assert market.status(short.instance_id or "").state == "stopped"
+    assert market.status(long.instance_id or "").state == "running"
+    assert len(rentals.ledger.rows(kind="instance_stopped")) == 1
+    assert notifier.kinds() == ["ttl_stopped"]
+
+
+def test_the_reconciler_stops_an_orphan_after_the_grace_and_marks_vanished_hosts_lost(
+    rentals: Rentals, clock: VirtualClock, notifier: InMemoryNotifier
+) -> None:
+    """A labelled instance unknown to the ledger is stopped after the grace; a vanished one is lost."""
+    market = make_market([host(1), host(2, dies_at_s=50), host(3)], clock)
+    offers = {o.machine_id: o for o in market.search_offers(OfferQuery(limit=0))}
+    # An orphan: created with our label by a process that died before writing anything.
+    orphan = market.create(offers["m-1"], LaunchSpec(image="x", disk_gb=10, label=label_for("ghost", 1, clock.now() + 9999),
+                                                     ssh_public_key="k"))
+    foreign = market.create(offers["m-3"], LaunchSpec(image="x", disk_gb=10, label="someone-else", ssh_public_key="k"))
+    doomed = rent(rentals, market, clock, "doomed", machine="m-2")
+    markets = {"sim": market}
+    sweep_reconcile(rentals, markets, now=clock.now(), orphan_grace_s=240, notifier=notifier)
+    assert market.status(orphan).state != "stopped"  # within the grace: could be a create in flight
+    clock.advance(241)
+    report = sweep_reconcile(rentals, markets, now=clock.now(), orphan_grace_s=240, notifier=notifier)
+    assert report.stopped == [orphan] and report.lost == [doomed.instance_id]
+    assert market.status(orphan).state == "stopped"
+    assert market.status(foreign).state == "running"  # not ours: never touched
+    assert rentals.get(doomed.id).state == "lost"  # type: ignore[union-attr]
+    sweep_reconcile(rentals, markets, now=clock.now() + 1, orphan_grace_s=240, notifier=notifier)
+    assert len(rentals.ledger.rows(kind="instance_stopped")) == 1
+    assert len(rentals.ledger.rows(kind="instance_lost")) == 1
+    assert "orphan_stopped" in notifier.kinds()
+
+
+def test_a_failed_listing_stops_nothing(rentals: Rentals, clock: VirtualClock) -> None:
+    """When the provider's listing fails, the reconciler decides nothing."""
+    from app.market import ProviderBusy
+
+    market = make_market([host(1)], clock)
+    rent(rentals, market, clock, "j")
+
+    class Flaky:
+        name = "sim"
+
+        def __getattr__(self, item: str):  # type: ignore[no-untyped-def]
+            return getattr(market, item)
+
+        def list_instances(self, label_prefix: str = ""):  # type: ignore[no-untyped-def]
+            raise ProviderBusy("429 API requests too frequent", provider="sim")
+
+    report = sweep_reconcile(rentals, {"sim": Flaky()}, now=clock.now() + 10_000, orphan_grace_s=1)  # type: ignore[dict-item]
+    assert report.errors and not report.lost and not report.stopped
+    assert rentals.ledger.rows(kind="instance_lost") == []
+
+
+def test_a_crashed_create_is_adopted_by_the_reconciler(rentals: Rentals, clock: VirtualClock) -> None:
+    """An intent without an id plus an instance with its label: the reconciler records it."""
+    market = make_market([host(1)], clock)
+    offer = market.search_offers(OfferQuery(limit=0))[0]
+    plan = rentals.plan(job="j", attempt=1, offer=offer, disk_gb=10, ttl_s=3600, now=clock.now(),
+                        reserve_usd=1.0, budget_name="default")
+    iid = market.create(offer, LaunchSpec(image="x", disk_gb=10, label=plan.label, ssh_public_key="k"))
+    report = sweep_reconcile(rentals, {"sim": market}, now=clock.now(), orphan_grace_s=240)
+    assert report.adopted == [iid]
+    assert rentals.get(plan.id).instance_id == iid  # type: ignore[union-attr]
+
+
+def test_two_of_each_sweep_at_once_over_twenty_instances_stop_each_once(
+    rentals: Rentals, clock: VirtualClock
+) -> None:
+    """Two watchdogs, two reapers and two reconcilers racing: one stop event per instance."""
+    market = make_market([host(i, hangs_at_s=0) for i in range(20)], clock)
+    for i in range(20):
+        rent(rentals, market, clock, f"j{i}", machine=f"m-{i}", ttl_s=600 if i % 2 else 99_999)
+    markets = {"sim": market}
+    # Odd instances are past their TTL; all are idle past the grace.
+    clock.advance(700)
+    for r in rentals.all(states=("active",)):
+        rentals.note_utilisation(r.id, gpu_util=0.0, idle_since=clock.now() - 3600)
+    now = clock.now()
+    sweeps = [
+        lambda: sweep_idle(rentals, markets, now=now, grace_s=1800),
+        lambda: sweep_idle(rentals, markets, now=now, grace_s=1800),
+        lambda: sweep_ttl(rentals, markets, now=now),
+        lambda: sweep_ttl(rentals, markets, now=now),
+        lambda: sweep_reconcile(rentals, markets, now=now, orphan_grace_s=240),
+        lambda: sweep_reconcile(rentals, markets, now=now, orphan_grace_s=240),
+    ]
+    barrier = threading.Barrier(len(sweeps))
+    errors: list[BaseException] = []
+
+    def run(fn):  # type: ignore[no-untyped-def]
+        barrier.wait()
+        try:
+            fn()
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(fn,)) for fn in sweeps]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert not errors, errors
+    stops = rentals.ledger.rows(kind="instance_stopped")
+    assert sorted(e.instance or "" for e in stops) == sorted(r.instance_id or "" for r in rentals.all())
+    assert all(market.status(r.instance_id or "").state == "stopped" for r in rentals.all())
+
+
+def test_budget_monitor_warns_at_80_percent_and_stops_at_100(rentals: Rentals, notifier: InMemoryNotifier) -> None:
+    """Caps at 80% raise budget_warning; at 100% budget_stop."""
+    rentals.budget.set_cap("warn", 10.0)
+    rentals.budget.set_cap("full", 10.0)
+    rentals.budget.reserve("warn", 8.5)
+    rentals.budget.reserve("full", 10.0)
+    report = sweep_budgets(rentals.budget, notifier=notifier)
+    assert sorted(report.warnings) == ["full:stop", "warn:warning"]
+    assert sorted(notifier.kinds()) == ["budget_stop", "budget_warning"]

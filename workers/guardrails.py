@@ -1,0 +1,75 @@
+"""Beat's money sweeps as Celery tasks: thin shells over app.services.guardrails.
+
+Each records its last success (beat liveness) and never takes more than one pass per tick.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+from app import bootstrap
+from app.liveness import record_success
+from app.market import Market
+from app.rentals import Rentals
+from app.services import guardrails
+from workers.tasks import task
+
+# Twice the longest create latency we allow a provider (the create call's own timeout).
+LONGEST_CREATE_LATENCY_S = float(os.environ.get("TUNEHARNESS_CREATE_LATENCY_S", "120"))
+IDLE_GRACE_S = float(os.environ.get("TUNEHARNESS_IDLE_GRACE_S", "1800"))
+
+
+def _markets(rentals: Rentals) -> dict[str, Market]:
+    names = {r.provider for r in rentals.all(states=("intent", "active", "stopped"))}
+    names |= {n for n in os.environ.get("TUNEHARNESS_PROVIDERS", "").split(",") if n}
+    return {n: bootstrap.market(n) for n in sorted(names)}
+
+
+def _rentals() -> Rentals:
+    return Rentals(bootstrap.engine())
+
+
+def _summary(report: guardrails.SweepReport) -> dict[str, Any]:
+    return {"examined": report.examined, "stopped": report.stopped, "adopted": report.adopted,
+            "lost": report.lost, "errors": report.errors, "warnings": report.warnings}
+
+
+@task("maintenance", "idle_watchdog")
+def idle_watchdog(self: Any) -> dict[str, Any]:
+    """Stop instances idle past the grace period (never destroy)."""
+    rentals = _rentals()
+    report = guardrails.sweep_idle(rentals, _markets(rentals), now=time.time(),
+                                   notifier=bootstrap.notifier(), grace_s=IDLE_GRACE_S)
+    record_success(rentals.engine, "idle-watchdog", time.time())
+    return _summary(report)
+
+
+@task("maintenance", "reaper")
+def reaper(self: Any) -> dict[str, Any]:
+    """Stop instances past their kill-time."""
+    rentals = _rentals()
+    report = guardrails.sweep_ttl(rentals, _markets(rentals), now=time.time(), notifier=bootstrap.notifier())
+    record_success(rentals.engine, "reaper", time.time())
+    return _summary(report)
+
+
+@task("maintenance", "reconcile")
+def reconcile(self: Any) -> dict[str, Any]:
+    """Join provider listings with the registry: adopt, stop orphans, mark lost."""
+    rentals = _rentals()
+    report = guardrails.sweep_reconcile(
+        rentals, _markets(rentals), now=time.time(), orphan_grace_s=2 * LONGEST_CREATE_LATENCY_S,
+        notifier=bootstrap.notifier(),
+    )
+    record_success(rentals.engine, "reconciler", time.time())
+    return _summary(report)
+
+
+@task("maintenance", "budget_monitor")
+def budget_monitor(self: Any) -> dict[str, Any]:
+    """Warn at 80% of a cap; report caps reached."""
+    report = guardrails.sweep_budgets(bootstrap.budget(), notifier=bootstrap.notifier())
+    record_success(bootstrap.engine(), "budget-monitor", time.time())
+    return _summary(report)
