@@ -7,7 +7,7 @@ Nothing is built at import time; engines are cached per URL for the life of the 
 from __future__ import annotations
 
 import functools
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Engine
 
@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from app.market import Market
     from gate.service import GateService
 
-__all__ = ["budget", "check_worker_config", "engine", "gate", "ledger", "market", "notifier", "settings", "sim_serve"]
+__all__ = ["budget", "check_worker_config", "engine", "gate", "ledger", "market", "notifier", "settings", "sim_campaign", "sim_serve"]
 
 
 @functools.cache
@@ -58,7 +58,6 @@ def budget(s: Settings | None = None) -> Budget:
 def check_worker_config() -> None:
     """Refuse to start when the Celery time limits would outlive the visibility timeout."""
     from workers.celery_app import _task_limits, app
-
     from workers.config import check_time_limits
 
     check_time_limits(app.conf, _task_limits())
@@ -147,3 +146,10 @@ def sim_serve(
         server.wait()
     finally:
         server.close()
+
+
+def sim_campaign(trace: str, *, policy: str, jobs: int | None = None, seed: int = 0) -> dict[str, Any]:
+    """Replay a whole campaign in virtual time (`tuneharness sim campaign`): the referee's receipt."""
+    from workers.campaign import run_campaign_file
+
+    return run_campaign_file(trace, policy=policy, jobs=jobs, seed=seed).receipt

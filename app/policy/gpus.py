@@ -1,0 +1,128 @@
+"""GPU models: one canonical name per model, whatever the vendor's spelling, and what each computes.
+
+Vendors spell the same card many ways: Vast says `RTX 4090`, RunPod `NVIDIA GeForce RTX 4090`,
+`torch.cuda.get_device_name()` says `NVIDIA GeForce RTX 4090`; an A100 is `A100 SXM4`,
+`A100-SXM4-80GB`, `NVIDIA A100-SXM4-80GB`, `A100 PCIE`, `NVIDIA A100 80GB PCIe`. `canonical_gpu`
+maps all of them to one key so the preflight can check that the host is what the offer said.
+
+`EXPECTED_TFLOPS_BF16` is what a healthy card of that model should reach on the preflight's timed
+4096x4096 bf16 matmul (FP32 accumulate, as torch does it). Each entry is the datasheet's dense
+(non-sparse) bf16 tensor peak with FP32 accumulate, times `ACHIEVED_FRACTION`. That fraction is 1.0
+for now, the convention the simulated marketplace reports in (`providers/sim/observe.py`: a
+healthy card reports its datasheet figure times its `tflops_factor`). On real hardware a
+4096-square matmul reaches less than the datasheet peak (consumer Ampere/Ada cards come close;
+Hopper reaches perhaps 60-75%), so this fraction MUST be recalibrated per model from measured
+preflights before the 85% floor is trusted on a real marketplace, or healthy H100s will read as
+throttled. Until then a real deployment can pass `expected_tflops` to the judgement.
+"""
+
+from __future__ import annotations
+
+import re
+
+__all__ = [
+    "ACHIEVED_FRACTION",
+    "DATASHEET_PEAK_TFLOPS_BF16",
+    "EXPECTED_TFLOPS_BF16",
+    "canonical_gpu",
+    "expected_tflops_bf16",
+    "same_gpu",
+]
+
+ACHIEVED_FRACTION = 1.0
+
+# Dense bf16 tensor TFLOP/s with FP32 accumulate, from the vendor's own documents:
+DATASHEET_PEAK_TFLOPS_BF16: dict[str, float] = {
+    # NVIDIA Ampere GA102 GPU architecture whitepaper, Appendix A (GeForce RTX 3090: "Peak BF16
+    # Tensor TFLOPS with FP32 Accumulate" 71 dense / 142 sparse; RTX 3080: 59.5 / 119).
+    "RTX 3090": 71.0,
+    "RTX 3080": 59.5,
+    # NVIDIA Ada Lovelace architecture whitepaper v1.1, Appendix A, table 2 (GeForce RTX 4090:
+    # "Peak BF16 Tensor TFLOPS with FP32 Accumulate" 165.2 dense / 330.4 sparse).
+    "RTX 4090": 165.2,
+    # NVIDIA RTX A6000 datasheet: "Peak BF16 Tensor TFLOPS with FP32 Accumulate" 154.8 / 309.7.
+    "RTX A6000": 154.8,
+    # NVIDIA RTX 6000 Ada Generation datasheet: 364.2 dense (728.5 with sparsity).
+    "RTX 6000 Ada": 364.2,
+    # NVIDIA A40 datasheet: 149.7 dense (299.4 sparse).
+    "A40": 149.7,
+    # NVIDIA A10 datasheet: 125 dense (250 sparse).
+    "A10": 125.0,
+    # NVIDIA L4 datasheet: 121 dense (242 with sparsity).
+    "L4": 121.0,
+    # NVIDIA L40S datasheet: 362.05 dense (733 with sparsity).
+    "L40S": 362.0,
+    # NVIDIA A100 Tensor Core GPU datasheet: BF16 Tensor Core 312 dense (624 sparse), PCIe and SXM.
+    "A100 PCIE": 312.0,
+    "A100 SXM4": 312.0,
+    # NVIDIA H100 Tensor Core GPU datasheet: BF16 1,979 (SXM) and 1,513 (PCIe) "with sparsity";
+    # dense is half.
+    "H100 SXM": 989.5,
+    "H100 PCIE": 756.5,
+    # NVIDIA H200 Tensor Core GPU datasheet: BF16 1,979 with sparsity (SXM); dense is half.
+    "H200": 989.5,
+}
+
+EXPECTED_TFLOPS_BF16: dict[str, float] = {
+    name: round(peak * ACHIEVED_FRACTION, 1) for name, peak in DATASHEET_PEAK_TFLOPS_BF16.items()
+}
+
+_NOISE = re.compile(r"\b(nvidia|geforce|tesla|\d+\s?gb|hbm\d?e?|gddr\d\w*)\b")
+
+
+def canonical_gpu(name: str) -> str:
+    """The one key for a GPU model in any vendor's spelling (`NVIDIA A100-SXM4-80GB` -> `A100 SXM4`).
+
+    A name this table does not know comes back normalised (upper case, single spaces) so two
+    spellings of an unknown card still compare equal when they differ only in noise words.
+    """
+    raw = name.strip().lower().replace("_", " ").replace("-", " ")
+    hbm = "hbm" in raw
+    parts = _NOISE.sub(" ", raw).split()
+    if parts and parts[-1] == "generation":
+        parts = parts[:-1]  # `RTX 6000 Ada Generation`
+    head = parts[0] if parts else ""
+    if head == "h100":
+        # `NVIDIA H100 80GB HBM3` is the SXM part; `H100 PCIe` and `H100 NVL` say so.
+        if "pcie" in parts:
+            return "H100 PCIE"
+        if "nvl" in parts:
+            return "H100 NVL"
+        if "sxm" in parts or "sxm5" in parts or hbm or len(parts) == 1:
+            return "H100 SXM"
+    if head == "a100":
+        if "pcie" in parts:
+            return "A100 PCIE"
+        if "sxm4" in parts or "sxm" in parts:
+            return "A100 SXM4"
+        return "A100"
+    if head == "h200":
+        return "H200"
+    out = " ".join(parts)
+    for known in DATASHEET_PEAK_TFLOPS_BF16:
+        if out == known.lower():
+            return known
+    return out.upper()
+
+
+def same_gpu(offered: str, reported: str) -> bool:
+    """Whether the name a host reports is the model its offer advertised.
+
+    A bare `A100` (a vendor that does not say PCIe or SXM) matches either A100 form.
+    """
+    a, b = canonical_gpu(offered), canonical_gpu(reported)
+    if a == b:
+        return True
+    if "A100" in (a, b):
+        return a.startswith("A100") and b.startswith("A100")
+    return False
+
+
+def expected_tflops_bf16(gpu_name: str) -> float | None:
+    """What a healthy card of this model reaches on the preflight matmul; None if not in the table."""
+    key = canonical_gpu(gpu_name)
+    if key in EXPECTED_TFLOPS_BF16:
+        return EXPECTED_TFLOPS_BF16[key]
+    if key == "A100":
+        return EXPECTED_TFLOPS_BF16["A100 SXM4"]
+    return None

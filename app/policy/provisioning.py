@@ -1,0 +1,608 @@
+"""One job's way from "queued" to "trained": the provisioning state machine.
+
+`decide(job, obs, now, cfg=..., view=...) -> (job, actions)`. The driver (Celery in real time,
+the campaign simulator in virtual time) feeds observations and applies the actions; this module
+does no I/O, reads no clock and draws no random numbers.
+
+    queued --Create--> booting --BootReady--> preflight --passed--> training --finished--> done
+       ^                  |                       |                     |
+       +-- BootKill: Destroy, quarantine ---------+-- failed: Destroy,  +-- lost/hang: Stop,
+                                                       quarantine            record, re-queue
+
+Automation destroys only an instance that never held the job's work (a failed boot or
+preflight); once training started on it, the most automation does is stop it.
+
+Three configurations share this code: `guarded` (the product), `naive` (the renter before any of
+this: cheapest hourly offer, no status-line watch, waits 30 min for `running`, no preflight, no
+quarantine, a dead training noticed after 105 min) and `oracle` (guarded choices, with failures
+reported by the driver at the earliest instant anyone could observe them, via `FailureSeen`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Literal
+
+from app.market import Instance, Offer
+from app.policy.bootwatch import (
+    BootKill,
+    BootReady,
+    BootWatch,
+    BootWatchConfig,
+    observe_boot,
+    start_watch,
+)
+from app.policy.preflight import PreflightReport, judge_preflight, unreachable
+from app.policy.ranking import JobShape, RankedOffer, Requirements, machine_key, rank_offers
+from app.policy.reputation import MachineRecord
+from app.policy.retry import HeldHost, backoff_s, may_create, pick_held_host
+
+__all__ = [
+    "Action",
+    "Adopt",
+    "Attempt",
+    "Create",
+    "Destroy",
+    "FailureSeen",
+    "Finished",
+    "GaveUp",
+    "Hold",
+    "JobState",
+    "MarketView",
+    "Observation",
+    "Polled",
+    "PreflightResult",
+    "ProvisioningConfig",
+    "Record",
+    "Recovered",
+    "RunPreflight",
+    "StartTraining",
+    "Stop",
+    "Tick",
+    "TrainerStatus",
+    "WakeAt",
+    "choose_host",
+    "decide",
+    "guarded_config",
+    "naive_config",
+    "new_job",
+    "oracle_config",
+]
+
+Phase = Literal["queued", "booting", "preflight", "training", "done", "failed"]
+
+
+@dataclass(frozen=True, slots=True)
+class ProvisioningConfig:
+    name: str = "guarded"
+    boot: BootWatchConfig = field(default_factory=BootWatchConfig)
+    preflight: bool = True
+    quarantine: bool = True
+    rank_by: Literal["delivered_cost", "hourly"] = "delivered_cost"
+    max_creates_per_job: int = 25
+    preflight_timeout_s: float = 180.0
+    monitor_s: float = 30.0  # training poll interval
+    stall_s: float = 600.0  # no training progress for this long while alive: a hang
+    idle_stall_s: float = 120.0  # no progress AND GPU utilisation <= idle_util_pct: a hang sooner
+    idle_util_pct: float = 5.0
+    notice_delay_s: float = 0.0  # how long a dead/hung training goes unnoticed (naive: 105 min)
+    hold_s: float = 600.0
+    backoff_base_s: float = 5.0
+    backoff_cap_s: float = 300.0
+    queue_retry_s: float = 30.0  # no offer fits now: look again this much later
+    max_offer_wait_s: float = 6 * 3600.0  # no offer fits for this long: give the job up
+
+
+def guarded_config() -> ProvisioningConfig:
+    return ProvisioningConfig()
+
+
+def oracle_config() -> ProvisioningConfig:
+    """Guarded choices; the driver reports each failure at its physical instant (FailureSeen)."""
+    return replace(ProvisioningConfig(), name="oracle")
+
+
+def naive_config() -> ProvisioningConfig:
+    """The renter before any of this (see the module docstring)."""
+    boot = BootWatchConfig(
+        fatal_patterns=(),
+        watch_freeze=False,
+        deadline_floor_s=1800.0,
+        deadline_factor=0.0,
+        no_progress_deadline_s=1800.0,
+        unknown_state_grace_s=1800.0,
+        poll_s=60.0,
+    )
+    return ProvisioningConfig(
+        name="naive",
+        boot=boot,
+        preflight=False,
+        quarantine=False,
+        rank_by="hourly",
+        stall_s=0.0,
+        notice_delay_s=105 * 60.0,
+        hold_s=0.0,
+    )
+
+
+# -- state ------------------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class Attempt:
+    """One rental for the job."""
+
+    instance_id: str
+    machine_id: str
+    provider: str
+    offer: Offer
+    created_at: float
+    watch: BootWatch
+    held_work: bool = False  # training started on it: automation may no longer destroy it
+    preflight_started_at: float | None = None
+    training_started_at: float | None = None
+    last_progress_at: float | None = None
+    last_work_s: float = 0.0
+    trouble_since: float | None = None  # first sighting of a dead/hung trainer (naive waits)
+    trouble: tuple[str, str] | None = None  # (reason, evidence)
+
+
+@dataclass(frozen=True, slots=True)
+class JobState:
+    job_id: str
+    req: Requirements
+    shape: JobShape
+    phase: Phase = "queued"
+    creates: int = 0
+    failures_in_row: int = 0
+    attempt: Attempt | None = None
+    excluded: frozenset[str] = frozenset()
+    not_before: float = 0.0
+    checkpoint_work_s: float = 0.0  # training work safely checkpointed (survives a lost host)
+    lost_at: float | None = None  # when the last host was lost (for the recovery record)
+    lost_cause: str | None = None
+    lost_machine: str | None = None
+    failure: str | None = None
+    waiting_since: float | None = None  # when the job last found no offer that fits
+
+
+def new_job(job_id: str, *, req: Requirements, shape: JobShape) -> JobState:
+    return JobState(job_id=job_id, req=req, shape=shape)
+
+
+# -- observations -----------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class MarketView:
+    """What the driver looked up for a queued job: offers, our records, verified held hosts."""
+
+    offers: Sequence[Offer] = ()
+    records: Mapping[str, MachineRecord] = field(default_factory=dict)
+    held: Sequence[HeldHost] = ()
+    budget_left_usd: float | None = None  # None: no cap
+
+
+@dataclass(frozen=True, slots=True)
+class Tick:
+    """Time to act (queued jobs pick an offer)."""
+
+    view: MarketView = MarketView()
+    jitter_u: float = 0.5
+
+
+@dataclass(frozen=True, slots=True)
+class CreateResult:
+    offer: Offer
+    instance_id: str | None  # None: the create failed
+    error: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Adopted:
+    held: HeldHost
+
+
+@dataclass(frozen=True, slots=True)
+class Polled:
+    """The provider's view of the job's instance."""
+
+    instance: Instance
+
+
+@dataclass(frozen=True, slots=True)
+class PreflightResult:
+    report: PreflightReport | None
+    unreachable: Literal["ssh_unreachable", "timeout"] | None = None
+    detail: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class TrainerStatus:
+    """What status.json (read over SSH) and the provider say about the training; None fields:
+    SSH failed."""
+
+    instance: Instance
+    phase: Literal["training", "finished", "failed"] | None
+    work_s: float = 0.0  # training work done (seconds at full speed)
+    checkpoint_work_s: float = 0.0
+    heartbeat_at: float | None = None
+    error: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class FailureSeen:
+    """The oracle's driver: this failure is physically observable now."""
+
+    reason: str
+    evidence: str
+
+
+Observation = Tick | CreateResult | Adopted | Polled | PreflightResult | TrainerStatus | FailureSeen
+
+
+# -- actions ----------------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class Create:
+    job_id: str
+    offer: Offer
+    why: str
+
+
+@dataclass(frozen=True, slots=True)
+class Adopt:
+    job_id: str
+    held: HeldHost
+
+
+@dataclass(frozen=True, slots=True)
+class Destroy:
+    job_id: str
+    instance_id: str
+    machine_id: str
+    reason: str
+    evidence: str
+
+
+@dataclass(frozen=True, slots=True)
+class Stop:
+    job_id: str
+    instance_id: str
+    machine_id: str
+    reason: str
+    evidence: str
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """Update the machine's reputation: `event` is create, boot, preflight_passed,
+    slice_finished or failure (with `reason`)."""
+
+    machine_id: str
+    provider: str
+    event: Literal["create", "boot", "preflight_passed", "slice_finished", "failure"]
+    reason: str | None = None
+    evidence: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class RunPreflight:
+    job_id: str
+    instance_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class StartTraining:
+    job_id: str
+    instance_id: str
+    resume_from_work_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class Hold:
+    """Keep the verified host for the next compatible job until `until`, then stop it."""
+
+    job_id: str
+    host: HeldHost
+
+
+@dataclass(frozen=True, slots=True)
+class Recovered:
+    job_id: str
+    machine_id: str
+    cause: str
+    lost_at: float
+    resumed_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class Finished:
+    job_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class GaveUp:
+    job_id: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class WakeAt:
+    job_id: str
+    at: float
+
+
+Action = (
+    Create | Adopt | Destroy | Stop | Record | RunPreflight | StartTraining | Hold | Recovered | Finished | GaveUp | WakeAt
+)
+
+
+# -- decisions --------------------------------------------------------------------------------
+def choose_host(
+    job: JobState, view: MarketView, *, now: float, cfg: ProvisioningConfig
+) -> HeldHost | RankedOffer | None:
+    """A held verified host first; else the best offer by the configured ranking."""
+    if cfg.hold_s > 0:
+        held = [h for h in view.held if h.machine_id not in job.excluded]
+        pick = pick_held_host(held, job.req, now=now)
+        if pick is not None:
+            return pick
+    records = view.records if cfg.quarantine else {}
+    ranked = rank_offers(view.offers, job.req, job.shape, records=records, now=now, excluded=job.excluded)
+    if cfg.rank_by == "hourly":
+        ranked.sort(key=lambda r: (r.offer.dph_total, r.offer.offer_id))
+    if view.budget_left_usd is not None:
+        ranked = [r for r in ranked if r.attempt_cost_usd <= view.budget_left_usd]
+    return ranked[0] if ranked else None
+
+
+def decide(
+    job: JobState, obs: Observation, now: float, *, cfg: ProvisioningConfig
+) -> tuple[JobState, list[Action]]:
+    """Fold one observation into the job; return the new state and what to do."""
+    if job.phase in ("done", "failed"):
+        return job, []
+    if isinstance(obs, Tick):
+        return _on_tick(job, obs, now, cfg)
+    if isinstance(obs, CreateResult):
+        return _on_created(job, obs, now, cfg)
+    if isinstance(obs, Adopted):
+        return _on_adopted(job, obs, now, cfg)
+    att = job.attempt
+    if att is None:
+        return job, []
+    if isinstance(obs, FailureSeen):
+        return _on_failure_seen(job, att, obs, now, cfg)
+    if job.phase == "booting" and isinstance(obs, Polled):
+        return _on_boot_poll(job, att, obs.instance, now, cfg)
+    if job.phase == "preflight" and isinstance(obs, PreflightResult):
+        return _on_preflight(job, att, obs, now, cfg)
+    if job.phase == "preflight" and isinstance(obs, Polled):
+        return _on_preflight_poll(job, att, obs.instance, now, cfg)
+    if job.phase == "training" and isinstance(obs, TrainerStatus):
+        return _on_trainer(job, att, obs, now, cfg)
+    return job, []
+
+
+def _on_tick(job: JobState, obs: Tick, now: float, cfg: ProvisioningConfig) -> tuple[JobState, list[Action]]:
+    if job.phase != "queued":
+        return job, []
+    if now < job.not_before:
+        return job, [WakeAt(job.job_id, job.not_before)]
+    pick = choose_host(job, obs.view, now=now, cfg=cfg)
+    if isinstance(pick, HeldHost):
+        return job, [Adopt(job.job_id, pick)]
+    if not may_create(creates_so_far=job.creates, max_creates=cfg.max_creates_per_job):
+        failed = replace(job, phase="failed", failure=f"create cap reached ({job.creates} creates)")
+        return failed, [GaveUp(job.job_id, failed.failure or "")]
+    if pick is None:
+        # Nothing fits now (all taken, excluded, or beyond what the budget has left): look again
+        # later, and give up after max_offer_wait_s of finding nothing.
+        since = job.waiting_since if job.waiting_since is not None else now
+        if now - since >= cfg.max_offer_wait_s:
+            failed = replace(job, phase="failed", failure=f"no eligible offer for {now - since:.0f}s")
+            return failed, [GaveUp(job.job_id, failed.failure or "")]
+        return replace(job, waiting_since=since), [WakeAt(job.job_id, now + cfg.queue_retry_s)]
+    job = replace(job, waiting_since=None)
+    why = (
+        f"${pick.cost_per_delivered_job_usd:.4f} per delivered job "
+        f"(${pick.attempt_cost_usd:.4f} per attempt / p={pick.delivery_probability:.3f})"
+    )
+    return job, [Create(job.job_id, pick.offer, why)]
+
+
+def _on_created(
+    job: JobState, obs: CreateResult, now: float, cfg: ProvisioningConfig
+) -> tuple[JobState, list[Action]]:
+    if job.phase != "queued":
+        return job, []
+    if obs.instance_id is None:
+        # Offer taken or provider busy: no money spent, try the next offer at once.
+        return job, [WakeAt(job.job_id, now)]
+    offer = obs.offer
+    att = Attempt(
+        instance_id=obs.instance_id,
+        machine_id=machine_key(offer),
+        provider=offer.provider,
+        offer=offer,
+        created_at=now,
+        watch=start_watch(created_at=now),
+    )
+    job = replace(job, phase="booting", attempt=att, creates=job.creates + 1)
+    return job, [Record(att.machine_id, att.provider, "create"), WakeAt(job.job_id, now + cfg.boot.poll_s)]
+
+
+def _on_adopted(job: JobState, obs: Adopted, now: float, cfg: ProvisioningConfig) -> tuple[JobState, list[Action]]:
+    if job.phase != "queued":
+        return job, []
+    h = obs.held
+    offer = Offer(
+        provider=h.provider, offer_id=f"held:{h.instance_id}", machine_id=h.machine_id, gpu_name=h.gpu_name,
+        num_gpus=h.num_gpus, gpu_ram_gb=h.gpu_ram_gb, dph_total=h.dph_total, storage_per_gb_month=None,
+        inet_down_per_gb=None, inet_down_mbps=None, reliability=None, cuda_max=None,
+    )
+    att = Attempt(
+        instance_id=h.instance_id, machine_id=h.machine_id, provider=h.provider, offer=offer,
+        created_at=h.held_since, watch=start_watch(created_at=h.held_since),
+    )
+    job = replace(job, attempt=att)
+    return _start_training(job, att, now, cfg)
+
+
+def _fail_attempt(
+    job: JobState, att: Attempt, *, reason: str, evidence: str, now: float, cfg: ProvisioningConfig, destroy: bool
+) -> tuple[JobState, list[Action]]:
+    """The attempt failed: destroy (if it never held work) or stop it, record, re-queue."""
+    acts: list[Action] = []
+    if destroy and not att.held_work:
+        acts.append(Destroy(job.job_id, att.instance_id, att.machine_id, reason, evidence))
+    else:
+        acts.append(Stop(job.job_id, att.instance_id, att.machine_id, reason, evidence))
+    acts.append(Record(att.machine_id, att.provider, "failure", reason, evidence))
+    failures = job.failures_in_row + 1
+    wait = backoff_s(failures=failures, base_s=cfg.backoff_base_s, cap_s=cfg.backoff_cap_s)
+    job = replace(
+        job,
+        phase="queued",
+        attempt=None,
+        failures_in_row=failures,
+        excluded=job.excluded | {att.machine_id},
+        not_before=now + wait,
+    )
+    acts.append(WakeAt(job.job_id, now + wait))
+    return job, acts
+
+
+def _on_boot_poll(
+    job: JobState, att: Attempt, inst: Instance, now: float, cfg: ProvisioningConfig
+) -> tuple[JobState, list[Action]]:
+    watch, verdict = observe_boot(att.watch, state=inst.state, status_line=inst.status_line, now=now, cfg=cfg.boot)
+    att = replace(att, watch=watch)
+    job = replace(job, attempt=att)
+    if isinstance(verdict, BootKill):
+        return _fail_attempt(job, att, reason=verdict.reason, evidence=verdict.evidence, now=now, cfg=cfg, destroy=True)
+    if isinstance(verdict, BootReady):
+        acts: list[Action] = [Record(att.machine_id, att.provider, "boot", None, f"running after {verdict.boot_s:.0f}s")]
+        if not cfg.preflight:
+            job2, more = _start_training(job, att, now, cfg)
+            return job2, acts + more
+        att = replace(att, preflight_started_at=now)
+        job = replace(job, phase="preflight", attempt=att)
+        return job, [*acts, RunPreflight(job.job_id, att.instance_id), WakeAt(job.job_id, now + cfg.preflight_timeout_s)]
+    return job, [WakeAt(job.job_id, now + cfg.boot.poll_s)]
+
+
+def _on_preflight_poll(
+    job: JobState, att: Attempt, inst: Instance, now: float, cfg: ProvisioningConfig
+) -> tuple[JobState, list[Action]]:
+    """A wake-up during the preflight: the preflight timed out unless a result came first."""
+    started = att.preflight_started_at if att.preflight_started_at is not None else now
+    if inst.state == "gone":
+        return _fail_attempt(job, att, reason="ssh_unreachable", evidence="instance gone during preflight", now=now, cfg=cfg, destroy=True)
+    if now - started >= cfg.preflight_timeout_s:
+        return _fail_attempt(
+            job, att, reason="timeout", evidence=f"no preflight report after {now - started:.0f}s", now=now, cfg=cfg, destroy=True
+        )
+    return job, [WakeAt(job.job_id, started + cfg.preflight_timeout_s)]
+
+
+def _on_preflight(
+    job: JobState, att: Attempt, obs: PreflightResult, now: float, cfg: ProvisioningConfig
+) -> tuple[JobState, list[Action]]:
+    if obs.report is None:
+        verdict = unreachable(obs.unreachable or "ssh_unreachable", obs.detail or "no report")
+    else:
+        verdict = judge_preflight(obs.report, offered_gpu_name=att.offer.gpu_name, offered_gpu_ram_gb=att.offer.gpu_ram_gb)
+    if not verdict.passed:
+        return _fail_attempt(job, att, reason=verdict.failure or "no_compute", evidence=verdict.evidence, now=now, cfg=cfg, destroy=True)
+    evidence = verdict.evidence + ("; " + "; ".join(verdict.warnings) if verdict.warnings else "")
+    job2, acts = _start_training(job, att, now, cfg)
+    return job2, [Record(att.machine_id, att.provider, "preflight_passed", None, evidence), *acts]
+
+
+def _start_training(job: JobState, att: Attempt, now: float, cfg: ProvisioningConfig) -> tuple[JobState, list[Action]]:
+    att = replace(att, held_work=True, training_started_at=now, last_progress_at=now, last_work_s=job.checkpoint_work_s)
+    acts: list[Action] = [StartTraining(job.job_id, att.instance_id, job.checkpoint_work_s)]
+    if job.lost_at is not None:
+        acts.append(Recovered(job.job_id, job.lost_machine or "", job.lost_cause or "lost", job.lost_at, now))
+    job = replace(job, phase="training", attempt=att, failures_in_row=0, lost_at=None, lost_cause=None, lost_machine=None)
+    acts.append(WakeAt(job.job_id, now + cfg.monitor_s))
+    return job, acts
+
+
+def _on_trainer(
+    job: JobState, att: Attempt, obs: TrainerStatus, now: float, cfg: ProvisioningConfig
+) -> tuple[JobState, list[Action]]:
+    inst = obs.instance
+    if obs.phase == "finished":
+        acts: list[Action] = [Record(att.machine_id, att.provider, "slice_finished", None, f"{obs.work_s:.0f}s of work")]
+        if cfg.hold_s > 0:
+            acts.append(Hold(job.job_id, HeldHost(
+                instance_id=att.instance_id, machine_id=att.machine_id, provider=att.provider,
+                gpu_name=att.offer.gpu_name, gpu_ram_gb=att.offer.gpu_ram_gb, num_gpus=att.offer.num_gpus,
+                dph_total=att.offer.dph_total, held_since=now, hold_until=now + cfg.hold_s,
+            )))
+        else:
+            acts.append(Stop(job.job_id, att.instance_id, att.machine_id, "job finished", "adapter pulled"))
+        acts.append(Finished(job.job_id))
+        return replace(job, phase="done", attempt=None, checkpoint_work_s=obs.work_s), acts
+
+    # Work that is checkpointed survives the host.
+    job = replace(job, checkpoint_work_s=max(job.checkpoint_work_s, obs.checkpoint_work_s))
+    trouble: tuple[str, str] | None = None
+    if inst.state in ("gone", "exited"):
+        trouble = ("lost", f"provider reports the instance {inst.state}")
+    elif obs.phase == "failed":
+        trouble = ("train_failed", obs.error or "trainer exited with a failure")
+    elif obs.phase is None and inst.state in ("unknown", "stopped"):
+        trouble = ("lost", f"SSH failed and the provider reports {inst.state}")
+    else:
+        if obs.work_s > att.last_work_s + 1e-9:
+            att = replace(att, last_work_s=obs.work_s, last_progress_at=now)
+        last = att.last_progress_at if att.last_progress_at is not None else now
+        idle = inst.gpu_util is not None and inst.gpu_util <= cfg.idle_util_pct
+        if cfg.stall_s > 0 and (now - last >= cfg.stall_s or (idle and now - last >= cfg.idle_stall_s)):
+            trouble = ("hang", f"no training progress for {now - last:.0f}s (GPU util {inst.gpu_util})")
+        elif cfg.stall_s == 0 and inst.gpu_util is not None and inst.gpu_util <= 0 and now - last >= cfg.monitor_s:
+            trouble = ("hang", "GPU utilisation 0 and no progress")
+    if trouble is None:
+        job = replace(job, attempt=replace(att, trouble=None, trouble_since=None))
+        return job, [WakeAt(job.job_id, now + cfg.monitor_s)]
+    # The last good heartbeat before the trouble: for a hang, the last time the step advanced.
+    if trouble[0] == "hang":
+        last_good = att.last_progress_at if att.last_progress_at is not None else now
+    else:
+        last_good = obs.heartbeat_at if obs.heartbeat_at is not None else now
+    since = att.trouble_since if att.trouble_since is not None else min(last_good, now)
+    att = replace(att, trouble=trouble, trouble_since=since)
+    job = replace(job, attempt=att)
+    if now - since < cfg.notice_delay_s:
+        return job, [WakeAt(job.job_id, since + cfg.notice_delay_s)]
+    return _lose_host(job, att, reason=trouble[0], evidence=trouble[1], lost_at=since, now=now, cfg=cfg)
+
+
+def _lose_host(
+    job: JobState, att: Attempt, *, reason: str, evidence: str, lost_at: float, now: float, cfg: ProvisioningConfig
+) -> tuple[JobState, list[Action]]:
+    """A host that held the job's work failed: stop it (never destroy), record, re-queue, resume later."""
+    acts: list[Action] = []
+    if cfg.name == "naive":
+        # The naive renter throws the dead host away, as it always did.
+        acts.append(Destroy(job.job_id, att.instance_id, att.machine_id, reason, evidence))
+    else:
+        acts.append(Stop(job.job_id, att.instance_id, att.machine_id, reason, evidence))
+    acts.append(Record(att.machine_id, att.provider, "failure", reason, evidence))
+    cause = "hang" if reason == "hang" else "lost"
+    job = replace(
+        job, phase="queued", attempt=None, excluded=job.excluded | {att.machine_id},
+        lost_at=lost_at, lost_cause=cause, lost_machine=att.machine_id, not_before=now,
+    )
+    acts.append(WakeAt(job.job_id, now))
+    return job, acts
+
+
+def _on_failure_seen(
+    job: JobState, att: Attempt, obs: FailureSeen, now: float, cfg: ProvisioningConfig
+) -> tuple[JobState, list[Action]]:
+    if job.phase in ("booting", "preflight"):
+        return _fail_attempt(job, att, reason=obs.reason, evidence=obs.evidence, now=now, cfg=cfg, destroy=True)
+    if job.phase == "training":
+        return _lose_host(job, att, reason=obs.reason, evidence=obs.evidence, lost_at=now, now=now, cfg=cfg)
+    return job, []

@@ -1,0 +1,221 @@
+"""Which offer to rent: filters, then the expected cost per DELIVERED job, cheapest first.
+
+The hourly rate is not the number that matters. One attempt on an offer costs the GPU for the
+image/model pull plus the training at the offer's price, the storage of the job's disk over the
+attempt's life, and the traffic of the download (`attempt_cost_usd`). A host delivers only with
+probability p: the platform's reliability as the prior of a Beta posterior updated by our own
+record of the machine, times how often rentals on this marketplace deliver for us at all
+(`market_delivery_rate`). Each failed attempt costs roughly the part of the pull a dud bills
+before it is caught, so with geometric retries:
+
+    cost per delivered job = attempt cost + failed-attempt cost x (1 - p) / p
+
+which ranks a $0.11/h host with dear traffic and a poor record below a $0.14/h host that delivers.
+
+(The marketplace CLI's `expected_cost_usd` lives in `app.policy.pricing`; this module keeps the
+per-job arithmetic the provisioning policy needs.)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, replace
+
+from app.market import Offer
+from app.policy.gpus import same_gpu
+from app.policy.reputation import (
+    BOOT_FAILURES,
+    PREFLIGHT_FAILURES,
+    MachineRecord,
+    delivery_probability,
+    is_quarantined,
+)
+
+__all__ = [
+    "DEFAULT_INET_DOWN_MBPS",
+    "JobShape",
+    "RankedOffer",
+    "Requirements",
+    "attempt_cost_usd",
+    "machine_key",
+    "offer_rejection",
+    "pull_seconds",
+    "rank_offers",
+]
+
+DEFAULT_INET_DOWN_MBPS = 100.0
+DUD_PULL_FRACTION = 0.6  # assumption: what share of its pull a dud bills before it is caught  # assumed when an offer does not advertise its download speed
+HOURS_PER_MONTH = 720.0
+_DUD_REASONS = BOOT_FAILURES | PREFLIGHT_FAILURES
+
+
+@dataclass(frozen=True, slots=True)
+class Requirements:
+    """What a job needs from a host. Empty `gpu_names` = any model."""
+
+    gpu_names: tuple[str, ...] = ()
+    min_gpu_ram_gb: float = 0.0
+    num_gpus: int = 1
+    min_reliability: float = 0.98
+    # A soft floor: when no offer above it is left (all taken, quarantined or excluded), offers
+    # below it are admitted, still ranked by cost per delivered job (reliability is the prior of
+    # the delivery probability). Markets game the score: duds with perfect reliability exist.
+    reliability_floor_soft: bool = True
+    min_inet_down_mbps: float = 0.0
+    max_dph: float | None = None
+    providers: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class JobShape:
+    """What one attempt at the job moves and runs."""
+
+    download_gb: float  # image + model pulled before training
+    train_s: float  # training at full speed
+    disk_gb: float  # disk billed as storage from create to destroy
+    overhead_s: float = 120.0  # preflight, bundle push, adapter pull
+
+
+@dataclass(frozen=True, slots=True)
+class RankedOffer:
+    offer: Offer
+    attempt_cost_usd: float
+    delivery_probability: float
+    cost_per_delivered_job_usd: float
+
+
+def machine_key(offer: Offer) -> str:
+    """The id reputation is kept under: the machine, or the offer when the vendor hides it."""
+    return offer.machine_id if offer.machine_id else f"offer:{offer.offer_id}"
+
+
+def pull_seconds(*, download_gb: float, inet_down_mbps: float | None) -> float:
+    mbps = inet_down_mbps if inet_down_mbps and inet_down_mbps > 0 else DEFAULT_INET_DOWN_MBPS
+    return download_gb * 8000.0 / mbps
+
+
+def attempt_cost_usd(
+    *,
+    dph_total: float,
+    storage_per_gb_month: float | None,
+    inet_down_per_gb: float | None,
+    inet_down_mbps: float | None,
+    download_gb: float,
+    train_s: float,
+    disk_gb: float,
+    overhead_s: float = 0.0,
+) -> float:
+    """GPU for pull + training + overhead, storage for the disk over that life, and traffic."""
+    life_s = pull_seconds(download_gb=download_gb, inet_down_mbps=inet_down_mbps) + train_s + overhead_s
+    life_h = life_s / 3600.0
+    gpu_usd = dph_total * life_h
+    storage_usd = (storage_per_gb_month or 0.0) * disk_gb * life_h / HOURS_PER_MONTH
+    traffic_usd = (inet_down_per_gb or 0.0) * download_gb
+    return gpu_usd + storage_usd + traffic_usd
+
+
+def offer_rejection(
+    offer: Offer,
+    req: Requirements,
+    *,
+    record: MachineRecord | None = None,
+    now: float,
+    excluded: frozenset[str] = frozenset(),
+) -> str | None:
+    """Why this offer may not be rented for the job, or None when it may."""
+    key = machine_key(offer)
+    if key in excluded:
+        return "excluded for this job"
+    if is_quarantined(record, now=now):
+        return f"quarantined ({record.quarantine_reason if record else ''})"
+    if req.providers and offer.provider not in req.providers:
+        return f"provider {offer.provider} not allowed"
+    if req.gpu_names and not any(same_gpu(want, offer.gpu_name) for want in req.gpu_names):
+        return f"GPU {offer.gpu_name} not in {list(req.gpu_names)}"
+    if offer.num_gpus < req.num_gpus:
+        return f"{offer.num_gpus} GPUs < {req.num_gpus}"
+    if offer.gpu_ram_gb < req.min_gpu_ram_gb:
+        return f"VRAM {offer.gpu_ram_gb:g} GB < {req.min_gpu_ram_gb:g} GB"
+    if req.min_reliability > 0 and (offer.reliability is None or offer.reliability < req.min_reliability):
+        return f"reliability {offer.reliability} < {req.min_reliability}"
+    if req.min_inet_down_mbps > 0 and (
+        offer.inet_down_mbps is None or offer.inet_down_mbps < req.min_inet_down_mbps
+    ):
+        return f"download {offer.inet_down_mbps} Mb/s < {req.min_inet_down_mbps:g}"
+    if req.max_dph is not None and offer.dph_total > req.max_dph:
+        return f"${offer.dph_total:.3f}/h > max ${req.max_dph:.3f}/h"
+    return None
+
+
+def rank_offers(
+    offers: Iterable[Offer],
+    req: Requirements,
+    shape: JobShape,
+    *,
+    records: Mapping[str, MachineRecord],
+    now: float,
+    excluded: frozenset[str] = frozenset(),
+) -> list[RankedOffer]:
+    """Eligible offers, cheapest expected cost per delivered job first (ties: cheaper hourly)."""
+    offers = list(offers)
+    ranked = _rank(offers, req, shape, records=records, now=now, excluded=excluded)
+    if not ranked and req.reliability_floor_soft and req.min_reliability > 0:
+        ranked = _rank(offers, replace(req, min_reliability=0.0), shape, records=records, now=now, excluded=excluded)
+    return ranked
+
+
+def _rank(
+    offers: list[Offer],
+    req: Requirements,
+    shape: JobShape,
+    *,
+    records: Mapping[str, MachineRecord],
+    now: float,
+    excluded: frozenset[str],
+) -> list[RankedOffer]:
+    ranked: list[RankedOffer] = []
+    market_rate = market_delivery_rate(records)
+    for offer in offers:
+        rec = records.get(machine_key(offer))
+        if offer_rejection(offer, req, record=rec, now=now, excluded=excluded) is not None:
+            continue
+        def cost_of(*, train_s: float, overhead_s: float, o: Offer = offer) -> float:
+            return attempt_cost_usd(
+                dph_total=o.dph_total,
+                storage_per_gb_month=o.storage_per_gb_month,
+                inet_down_per_gb=o.inet_down_per_gb,
+                inet_down_mbps=o.inet_down_mbps,
+                download_gb=shape.download_gb,
+                train_s=train_s,
+                disk_gb=shape.disk_gb,
+                overhead_s=overhead_s,
+            )
+
+        cost = cost_of(train_s=shape.train_s, overhead_s=shape.overhead_s)
+        # A dud dies somewhere in its pull (or at its end, at the preflight): on average it has
+        # billed about DUD_PULL_FRACTION of the pull's GPU time, storage and traffic.
+        fail_cost = DUD_PULL_FRACTION * cost_of(train_s=0.0, overhead_s=0.0)
+        p = market_rate * delivery_probability(
+            platform_reliability=offer.reliability,
+            delivered=rec.delivered if rec else 0,
+            failed=rec.failure_count if rec else 0,
+        )
+        per_job = cost + fail_cost * (1.0 - p) / p if p > 0 else float("inf")
+        ranked.append(RankedOffer(offer, cost, p, per_job))
+    ranked.sort(key=lambda r: (r.cost_per_delivered_job_usd, r.offer.dph_total, r.offer.offer_id))
+    return ranked
+
+
+def market_delivery_rate(
+    records: Mapping[str, MachineRecord], *, prior_delivered: float = 2.0, prior_failed: float = 2.0
+) -> float:
+    """How often a rental on THIS marketplace delivers, from our record across all machines.
+
+    The mean of a Beta posterior whose prior (2 delivered, 2 failed: a coin flip) encodes what the
+    field reports measured (62 of 100 creates never delivered); our own record quickly takes over.
+    On a marketplace where most rentals fail, every unknown machine is a gamble, and the price of a
+    failed attempt (a slow pull, traffic billed per GB) must weigh in the ranking.
+    """
+    delivered = sum(r.delivered for r in records.values())
+    failed = sum(sum(1 for reason, _ in r.failures if reason in _DUD_REASONS) for r in records.values())
+    return (prior_delivered + delivered) / (prior_delivered + prior_failed + delivered + failed)

@@ -1,0 +1,212 @@
+"""The provisioning state machine: decisions, not effects, driven by hand without a clock."""
+
+from __future__ import annotations
+
+from app.market import Instance, Offer
+from app.policy.preflight import PreflightReport
+from app.policy.provisioning import (
+    Adopt,
+    Create,
+    CreateResult,
+    Destroy,
+    FailureSeen,
+    Finished,
+    GaveUp,
+    Hold,
+    JobState,
+    MarketView,
+    Polled,
+    PreflightResult,
+    Record,
+    Recovered,
+    RunPreflight,
+    StartTraining,
+    Stop,
+    Tick,
+    TrainerStatus,
+    WakeAt,
+    decide,
+    guarded_config,
+    naive_config,
+    new_job,
+)
+from app.policy.ranking import JobShape, Requirements
+from app.policy.reputation import MachineRecord, record_failure
+from app.policy.retry import HeldHost
+
+CFG = guarded_config()
+SHAPE = JobShape(download_gb=23.0, train_s=600.0, disk_gb=60.0)
+
+
+def offer(oid: str, dph: float = 0.2) -> Offer:
+    return Offer(provider="sim", offer_id=oid, machine_id=f"m-{oid}", gpu_name="RTX 3090", num_gpus=1, gpu_ram_gb=24,
+                 dph_total=dph, storage_per_gb_month=0.1, inet_down_per_gb=0.0, inet_down_mbps=800, reliability=0.99,
+                 cuda_max="12.4")
+
+
+def inst(state: str, line: str | None = None, util: float | None = None) -> Instance:
+    return Instance(provider="sim", instance_id="i-1", machine_id="m-a", label="th", state=state,  # type: ignore[arg-type]
+                    status_line=line, ssh=None, gpu_util=util, dph_total=0.2, started_at=0.0)
+
+
+def job() -> JobState:
+    return new_job("job-1", req=Requirements(), shape=SHAPE)
+
+
+def booting() -> JobState:
+    j, acts = decide(job(), Tick(MarketView(offers=[offer("a"), offer("b", 0.5)])), 0.0, cfg=CFG)
+    create = acts[0]
+    assert isinstance(create, Create)
+    j, _ = decide(j, CreateResult(create.offer, "i-1"), 0.0, cfg=CFG)
+    return j
+
+
+def training() -> JobState:
+    j = booting()
+    j, _ = decide(j, Polled(inst("running", "running")), 300.0, cfg=CFG)
+    report = PreflightReport.from_mapping({"cuda_initialised": True, "matmul_finite": True, "gpu_name": "RTX 3090",
+                                           "vram_gb": 24, "tflops_bf16": 71.0})
+    j, _ = decide(j, PreflightResult(report), 315.0, cfg=CFG)
+    assert j.phase == "training"
+    return j
+
+
+def test_queued_job_creates_the_best_offer() -> None:
+    """A queued job asks to rent the offer with the lowest cost per delivered job."""
+    _, acts = decide(job(), Tick(MarketView(offers=[offer("b", 0.5), offer("a")])), 0.0, cfg=CFG)
+    assert isinstance(acts[0], Create) and acts[0].offer.offer_id == "a" and "per delivered job" in acts[0].why
+
+
+def test_quarantined_machine_is_not_picked() -> None:
+    """A machine in quarantine is skipped for the next offer."""
+    recs = {"m-a": record_failure(MachineRecord("m-a"), reason="no_compute", now=0.0)}
+    _, acts = decide(job(), Tick(MarketView(offers=[offer("a"), offer("b", 0.5)], records=recs)), 1.0, cfg=CFG)
+    assert isinstance(acts[0], Create) and acts[0].offer.offer_id == "b"
+
+
+def test_created_instance_is_watched() -> None:
+    """After a create the job boots, records the create and polls within the poll interval."""
+    j, acts = decide(job(), CreateResult(offer("a"), "i-1"), 0.0, cfg=CFG)
+    assert j.phase == "booting" and j.creates == 1
+    assert any(isinstance(a, Record) and a.event == "create" for a in acts)
+    assert WakeAt("job-1", CFG.boot.poll_s) in acts
+
+
+def test_offer_gone_retries_at_once() -> None:
+    """A create that failed (offer taken) costs nothing and the job looks again now."""
+    j, acts = decide(job(), CreateResult(offer("a"), None, "gone"), 5.0, cfg=CFG)
+    assert j.phase == "queued" and acts == [WakeAt("job-1", 5.0)]
+
+
+def test_fatal_boot_is_destroyed_quarantined_and_requeued() -> None:
+    """A fatal status line: destroy (never held work), record the failure, try again."""
+    j, acts = decide(booting(), Polled(inst("loading", "OCI runtime create failed")), 10.0, cfg=CFG)
+    assert j.phase == "queued" and "m-a" in j.excluded
+    assert isinstance(acts[0], Destroy) and acts[0].reason == "boot_fatal"
+    assert any(isinstance(a, Record) and a.event == "failure" and a.reason == "boot_fatal" for a in acts)
+
+
+def test_running_host_goes_to_preflight() -> None:
+    """A host that reaches running is preflighted before any work is pushed."""
+    j, acts = decide(booting(), Polled(inst("running", "running")), 300.0, cfg=CFG)
+    assert j.phase == "preflight"
+    assert any(isinstance(a, RunPreflight) for a in acts)
+
+
+def test_failed_preflight_destroys_with_the_named_failure() -> None:
+    """A host that cannot compute is destroyed and recorded as no_compute."""
+    j, _ = decide(booting(), Polled(inst("running", "running")), 300.0, cfg=CFG)
+    bad = PreflightReport.from_mapping({"cuda_initialised": False, "error": "CUDA driver version is insufficient"})
+    j, acts = decide(j, PreflightResult(bad), 315.0, cfg=CFG)
+    assert j.phase == "queued"
+    assert isinstance(acts[0], Destroy) and acts[0].reason == "no_compute"
+
+
+def test_preflight_timeout() -> None:
+    """No preflight answer within the timeout is a `timeout` failure."""
+    j, _ = decide(booting(), Polled(inst("running", "running")), 300.0, cfg=CFG)
+    j, acts = decide(j, Polled(inst("running", "running")), 300.0 + CFG.preflight_timeout_s, cfg=CFG)
+    assert isinstance(acts[0], Destroy) and acts[0].reason == "timeout"
+
+
+def test_passed_preflight_starts_training() -> None:
+    """A verified host gets the job; from then on automation may only stop it."""
+    j = training()
+    assert j.attempt is not None and j.attempt.held_work
+
+
+def test_finished_job_holds_the_host() -> None:
+    """A finished job keeps its verified host for the next compatible job."""
+    j, acts = decide(training(), TrainerStatus(inst("running", util=95), "finished", work_s=600.0), 1000.0, cfg=CFG)
+    assert j.phase == "done"
+    assert any(isinstance(a, Hold) and a.host.hold_until == 1000.0 + CFG.hold_s for a in acts)
+    assert any(isinstance(a, Finished) for a in acts)
+
+
+def test_lost_host_is_stopped_not_destroyed_and_the_job_resumes() -> None:
+    """A host lost mid-run is stopped, recorded, and the job resumes from its checkpoint."""
+    j, _ = decide(training(), TrainerStatus(inst("running", util=95), "training", work_s=350.0, checkpoint_work_s=300.0,
+                                            heartbeat_at=700.0), 700.0, cfg=CFG)
+    j, acts = decide(j, TrainerStatus(inst("gone"), None, heartbeat_at=710.0), 730.0, cfg=CFG)
+    assert j.phase == "queued" and j.checkpoint_work_s == 300.0
+    assert isinstance(acts[0], Stop) and not any(isinstance(a, Destroy) for a in acts)
+    j, acts = decide(j, CreateResult(offer("b"), "i-2"), 730.0, cfg=CFG)
+    j, _ = decide(j, Polled(inst("running", "running")), 1000.0, cfg=CFG)
+    ok = PreflightReport.from_mapping({"cuda_initialised": True, "matmul_finite": True, "gpu_name": "RTX 3090",
+                                       "vram_gb": 24, "tflops_bf16": 71.0})
+    j, acts = decide(j, PreflightResult(ok), 1015.0, cfg=CFG)
+    assert StartTraining("job-1", "i-2", 300.0) in acts
+    rec = next(a for a in acts if isinstance(a, Recovered))
+    assert (rec.cause, rec.lost_at, rec.resumed_at) == ("lost", 710.0, 1015.0)
+
+
+def test_hang_is_detected_from_no_progress_and_idle_gpu() -> None:
+    """No progress with the GPU idle for the idle stall window is a hang."""
+    j = training()
+    j, acts = decide(j, TrainerStatus(inst("running", util=0.0), "training", work_s=0.0), 315.0 + CFG.idle_stall_s, cfg=CFG)
+    assert isinstance(acts[0], Stop) and acts[0].reason == "hang"
+
+
+def test_naive_notices_a_dead_training_after_105_minutes() -> None:
+    """The naive renter sees a failed trainer only 105 minutes later."""
+    cfg = naive_config()
+    j, acts = decide(job(), Tick(MarketView(offers=[offer("a")])), 0.0, cfg=cfg)
+    j, _ = decide(j, CreateResult(offer("a"), "i-1"), 0.0, cfg=cfg)
+    j, acts = decide(j, Polled(inst("running", "running")), 300.0, cfg=cfg)
+    assert j.phase == "training" and not any(isinstance(a, RunPreflight) for a in acts)
+    j, acts = decide(j, TrainerStatus(inst("running", util=0), "failed", heartbeat_at=330.0, error="CUDA"), 360.0, cfg=cfg)
+    assert acts == [WakeAt("job-1", 330.0 + 105 * 60)]
+    j, acts = decide(j, TrainerStatus(inst("running", util=0), "failed", heartbeat_at=330.0), 330.0 + 105 * 60, cfg=cfg)
+    assert isinstance(acts[0], Destroy)
+
+
+def test_oracle_failure_seen_acts_at_once() -> None:
+    """A failure the driver reports (oracle) fails the boot immediately."""
+    j, acts = decide(booting(), FailureSeen("boot_frozen", "oracle"), 25.0, cfg=CFG)
+    assert j.phase == "queued" and isinstance(acts[0], Destroy)
+
+
+def test_held_host_is_adopted_before_renting() -> None:
+    """A verified held host is used before rolling the dice on a new offer."""
+    h = HeldHost(instance_id="i-9", machine_id="m-9", provider="sim", gpu_name="RTX 3090", gpu_ram_gb=24, num_gpus=1,
+                 dph_total=0.3, held_since=0.0, hold_until=600.0)
+    _, acts = decide(job(), Tick(MarketView(offers=[offer("a")], held=[h])), 10.0, cfg=CFG)
+    assert acts == [Adopt("job-1", h)]
+
+
+def test_create_cap_gives_up() -> None:
+    """A job that used up its creates gives up with the reason."""
+    j = new_job("job-1", req=Requirements(), shape=SHAPE)
+    from dataclasses import replace
+
+    j = replace(j, creates=CFG.max_creates_per_job)
+    j, acts = decide(j, Tick(MarketView(offers=[offer("a")])), 0.0, cfg=CFG)
+    assert j.phase == "failed" and isinstance(acts[0], GaveUp)
+
+
+def test_no_offer_waits_then_gives_up() -> None:
+    """With nothing to rent the job looks again later, and gives up after the wait limit."""
+    j, acts = decide(job(), Tick(MarketView()), 0.0, cfg=CFG)
+    assert acts == [WakeAt("job-1", CFG.queue_retry_s)]
+    j, acts = decide(j, Tick(MarketView()), CFG.max_offer_wait_s, cfg=CFG)
+    assert j.phase == "failed" and isinstance(acts[0], GaveUp)

@@ -1,0 +1,38 @@
+"""Retry arithmetic and hold-and-batch of verified hosts."""
+
+from __future__ import annotations
+
+from app.policy.ranking import Requirements
+from app.policy.retry import HeldHost, backoff_s, expired_holds, may_create, pick_held_host
+
+
+def test_backoff_grows_and_is_capped() -> None:
+    """The first failure retries at once; later ones back off exponentially up to the cap."""
+    assert backoff_s(failures=1) == 0.0
+    waits = [backoff_s(failures=n, jitter_u=0.5) for n in range(2, 12)]
+    assert waits == sorted(waits) and waits[0] == 5.0 and waits[-1] == 300.0
+    assert backoff_s(failures=3, jitter_u=0.0) == 5.0 and backoff_s(failures=3, jitter_u=0.999) < 15.0
+
+
+def test_create_cap() -> None:
+    """A job may create until its cap, not beyond."""
+    assert may_create(creates_so_far=2, max_creates=3)
+    assert not may_create(creates_so_far=3, max_creates=3)
+
+
+def held(iid: str, *, gpu: str = "RTX 3090", dph: float = 0.2, until: float = 600.0) -> HeldHost:
+    return HeldHost(instance_id=iid, machine_id=f"m-{iid}", provider="sim", gpu_name=gpu, gpu_ram_gb=24, num_gpus=1,
+                    dph_total=dph, held_since=0.0, hold_until=until)
+
+
+def test_pick_held_host_takes_the_cheapest_compatible_unexpired() -> None:
+    """A queued job takes the cheapest held host that fits and has not expired."""
+    hosts = [held("a", dph=0.3), held("b", dph=0.2), held("c", gpu="RTX 4090", dph=0.1), held("d", dph=0.05, until=5.0)]
+    pick = pick_held_host(hosts, Requirements(gpu_names=("RTX 3090",)), now=10.0)
+    assert pick is not None and pick.instance_id == "b"
+    assert pick_held_host(hosts, Requirements(min_gpu_ram_gb=48), now=10.0) is None
+
+
+def test_expired_holds_are_listed_for_stopping() -> None:
+    """Holds past their time are returned so the driver stops them."""
+    assert [h.instance_id for h in expired_holds([held("a", until=5.0), held("b")], now=10.0)] == ["a"]
