@@ -21,9 +21,10 @@ if TYPE_CHECKING:
 
     from app.alerts import Notifier, OutboxNotifier
     from app.market import Market
+    from app.reputation import ReputationStore
     from gate.service import GateService
 
-__all__ = ["budget", "check_worker_config", "engine", "gate", "ledger", "market", "notifier", "settings", "sim_campaign", "sim_serve"]
+__all__ = ["budget", "check_worker_config", "engine", "gate", "ledger", "market", "notifier", "reputation", "settings", "sim_campaign", "sim_serve"]
 
 
 @functools.cache
@@ -49,6 +50,13 @@ def engine(s: Settings | None = None) -> Engine:
 
 def ledger(s: Settings | None = None) -> Ledger:
     return Ledger(engine(s))
+
+
+def reputation(s: Settings | None = None) -> ReputationStore:
+    """The durable renter-side reputation and quarantine of every machine."""
+    from app.reputation import ReputationStore
+
+    return ReputationStore(engine(s))
 
 
 def budget(s: Settings | None = None) -> Budget:

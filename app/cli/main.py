@@ -11,7 +11,16 @@ import sys
 
 import typer
 
-from app.cli import budget_cmd, doctor_cmd, gate_cmd, ledger_cmd, market_cmd, sim_cmd, stack_cmd
+from app.cli import (
+    budget_cmd,
+    doctor_cmd,
+    gate_cmd,
+    hosts_cmd,
+    ledger_cmd,
+    market_cmd,
+    sim_cmd,
+    stack_cmd,
+)
 from app.errors import UserError
 
 cli = typer.Typer(
@@ -29,6 +38,7 @@ cli.add_typer(market_cmd.app, name="market")
 market_cmd.register(cli)
 cli.add_typer(gate_cmd.app, name="gate")
 cli.add_typer(sim_cmd.app, name="sim")
+cli.add_typer(hosts_cmd.app, name="hosts")
 stack_cmd.register(cli)
 doctor_cmd.register(cli)
 

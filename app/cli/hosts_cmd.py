@@ -1,0 +1,60 @@
+"""`tuneharness hosts`: renter-side reputation and quarantine of every machine we rented."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated
+
+import typer
+
+app = typer.Typer(
+    help="What each rented machine delivered for us, and which are quarantined.",
+    invoke_without_command=True,
+)
+
+
+@app.callback()
+def hosts(
+    ctx: typer.Context,
+    as_json: Annotated[bool, typer.Option("--json", help="print a JSON list")] = False,
+) -> None:
+    """List every machine: creates, boots, preflights passed, slices finished, failures, quarantine."""
+    if ctx.invoked_subcommand is not None:
+        return
+    import time
+
+    from app import bootstrap
+
+    now = time.time()
+    views = [v.to_dict(now=now) for v in bootstrap.reputation().hosts()]
+    if as_json:
+        typer.echo(json.dumps(views, indent=2))
+        return
+    if not views:
+        typer.echo("no machines rented yet")
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="hosts")
+    for col in ("provider", "machine", "creates", "booted", "preflight ok", "slices", "failures", "last failure", "p(deliver)", "quarantine"):
+        table.add_column(col)
+    for v in views:
+        table.add_row(
+            str(v["provider"]), str(v["machine_id"]), str(v["creates"]), str(v["booted"]), str(v["preflight_passed"]),
+            str(v["slices_finished"]), str(len(v["failures"])), str(v["last_failure"] or "-"),  # type: ignore[arg-type]
+            f"{v['delivery_probability']:.2f}", str(v["quarantine"] or "-"),
+        )
+    Console().print(table)
+
+
+@app.command("unquarantine")
+def unquarantine(
+    machine_id: Annotated[str, typer.Argument(help="the machine id, as `tuneharness hosts` shows it")],
+    provider: Annotated[str | None, typer.Option("--provider", help="needed only when two providers share the id")] = None,
+) -> None:
+    """Lift a machine's quarantine (the operator's decision; its history stays; ledger event)."""
+    from app import bootstrap
+
+    rec = bootstrap.reputation().unquarantine(machine_id, provider=provider, ledger=bootstrap.ledger())
+    typer.echo(f"{rec.provider}:{rec.machine_id} may be rented again")
