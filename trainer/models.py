@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -92,12 +93,16 @@ def wrap_for_training(loaded: LoadedModel, *, r: int, alpha: float, dropout: flo
 
     model = loaded.model
     if quantization == "nf4":
-        model = prepare_model_for_kbit_training(model, use_gradient_checkpointing=False)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", FutureWarning)
+            model = prepare_model_for_kbit_training(model, use_gradient_checkpointing=False)
     config = LoraConfig(
         r=r, lora_alpha=alpha, lora_dropout=dropout, target_modules=list(target_modules),
         task_type="SEQ_CLS" if loaded.task == "classification" else "CAUSAL_LM",
     )
-    loaded.model = get_peft_model(model, config)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        loaded.model = get_peft_model(model, config)
 
 
 def read_meta(adapter_dir: Path) -> dict[str, Any]:
