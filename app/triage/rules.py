@@ -1,0 +1,628 @@
+"""The rules stage of train.log triage: pure, deterministic, standard library only.
+
+`classify(tail, idle_seconds=...)` reads the last part of a training log and returns a `Verdict`:
+one of the eight states with the lines that decided it, or `UNSURE` with a best guess.
+
+How it decides:
+
+1. The tail is bounded (`max_chars`), ANSI escapes and control bytes are removed, carriage-return
+   progress-bar redraws become separate lines.
+2. Every rule has cheap lowercase *needles*; its regular expression runs only when a needle is
+   present, which keeps the stage well above 5,000 tails per second on one core.
+3. Evidence is ranked by **specificity, not position**: `CUDA out of memory` outranks the
+   `ChildFailedError` / `CalledProcessError` wrapper tracebacks that launchers print after it;
+   a watchdog timeout on another rank ranks below the OOM that caused it.
+4. *Soft* evidence (retry warnings, loss-scale reductions, wandb hiccups) only counts when no
+   training progress was logged after it. `completed` loses to a fatal error printed after it.
+5. With no failure evidence: progress lines mean `progressing`, unless the log has not grown for
+   `stall_after_s` seconds, which means `stalled`.
+
+Patterns are written for how failures print in the wild (HF Trainer, accelerate, DeepSpeed,
+torchrun/NCCL, bitsandbytes, axolotl, unsloth, LLaMA-Factory, nanoGPT, Megatron, Lightning,
+fairseq, the kernel's OOM killer, NVIDIA Xid), not for one template.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = [
+    "ACTIONS",
+    "DEFAULT_MAX_CHARS",
+    "DEFAULT_STALL_AFTER_S",
+    "DEFAULT_TAIL_BYTES",
+    "STATES",
+    "UNSURE",
+    "Verdict",
+    "action_for",
+    "classify",
+    "normalise",
+    "read_tail",
+]
+
+STATES: tuple[str, ...] = (
+    "progressing",
+    "completed",
+    "oom",
+    "diverged",
+    "cuda_fault",
+    "data_error",
+    "io_error",
+    "stalled",
+)
+UNSURE = "unsure"
+
+ACTIONS: dict[str, str] = {
+    "progressing": "continue",
+    "completed": "collect the adapter",
+    "oom": "resume with a smaller micro-batch and more accumulation, same host",
+    "diverged": "stop the job, tell the operator (same config won't fix it)",
+    "cuda_fault": "replace the host, record it against the machine",
+    "data_error": "stop the job, tell the operator (a new host won't fix it)",
+    "io_error": "disk: replace host; network: retry on the same host",
+    "stalled": "restart the slice on the same host; replace the host if it repeats",
+}
+
+DEFAULT_TAIL_BYTES = 32 * 1024
+DEFAULT_MAX_CHARS = 32 * 1024
+DEFAULT_STALL_AFTER_S = 900.0
+_EVIDENCE_CHARS = 240
+
+
+def action_for(state: str, evidence: tuple[str, ...] = ()) -> str:
+    """The supervisor's default action for a state (io_error split into disk and network)."""
+    if state == "io_error":
+        text = " ".join(evidence).lower()
+        disk = ("no space", "quota", "read-only file system", "input/output error", "errno 5]",
+                "file write failed", "stale file handle", "unexpected pos", "storagefull")
+        if any(d in text for d in disk):
+            return "replace the host (disk)"
+        return "retry on the same host (network)"
+    return ACTIONS.get(state, "tell the operator")
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """The rules' answer. `state` is one of STATES or UNSURE; `guess` is always one of STATES."""
+
+    state: str
+    confidence: float
+    evidence: tuple[str, ...]
+    rule: str
+    guess: str
+
+    @property
+    def action(self) -> str:
+        return action_for(self.guess if self.state == UNSURE else self.state, self.evidence)
+
+    @property
+    def sure(self) -> bool:
+        return self.state != UNSURE
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading and normalising
+
+
+def read_tail(path: str | os.PathLike[str], *, max_bytes: int = DEFAULT_TAIL_BYTES) -> str:
+    """The last `max_bytes` of a file, decoded leniently; seeks, so a 2 GB log costs one read."""
+    p = Path(path)
+    with p.open("rb") as fh:
+        fh.seek(0, os.SEEK_END)
+        size = fh.tell()
+        start = max(0, size - max_bytes)
+        fh.seek(start)
+        data = fh.read(max_bytes)
+    if start > 0:
+        # Drop the partial first line (and any split UTF-8 sequence) unless that is all we have.
+        nl = data.find(b"\n")
+        if 0 <= nl < len(data) - 1:
+            data = data[nl + 1 :]
+    return data.decode("utf-8", errors="replace")
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[@-Z\\-_]")
+_HAS_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
+
+
+def normalise(text: str, *, max_chars: int = DEFAULT_MAX_CHARS) -> str:
+    """Bound, strip ANSI/control bytes, and turn carriage-return redraws into lines."""
+    if len(text) > max_chars:
+        text = text[-max_chars:]
+    if "\x1b" in text:
+        text = _ANSI.sub("", text)
+    if "\r" in text:
+        text = text.replace("\r\n", "\n").replace("\r", "\n")
+    return _HAS_CONTROL.sub("", text)
+
+
+# ---------------------------------------------------------------------------------------------
+# Rules
+
+
+@dataclass(frozen=True, slots=True)
+class _Rule:
+    name: str
+    state: str
+    weight: int  # specificity: higher wins regardless of position
+    confidence: float
+    needles: tuple[str, ...]
+    pattern: re.Pattern[str]
+    soft: bool = False  # overridden when progress was logged after it
+    check: Callable[[re.Match[str]], bool] | None = None
+
+
+_RULES: list[_Rule] = []
+
+
+def _rule(
+    name: str,
+    state: str,
+    weight: int,
+    needles: str | tuple[str, ...],
+    pattern: str,
+    *,
+    confidence: float = 0.97,
+    soft: bool = False,
+    flags: int = re.IGNORECASE,
+    check: Callable[[re.Match[str]], bool] | None = None,
+) -> None:
+    if isinstance(needles, str):
+        needles = (needles,)
+    if flags & re.IGNORECASE:
+        # Case-insensitive matching is done by searching lowercased text with a lowercased
+        # pattern: an order of magnitude faster than re.IGNORECASE on long tails.
+        pattern, flags = _fold(pattern), flags & ~re.IGNORECASE
+    _RULES.append(
+        _Rule(name, state, weight, confidence, tuple(n.lower() for n in needles),
+              re.compile(pattern, flags | re.MULTILINE), soft, check)
+    )
+
+
+_FOLD_KEEP = re.compile(r"\\.|\(\?P<\w+>|\(\?P=\w+\)")
+
+
+def _fold(pattern: str) -> str:
+    """Lowercase a pattern's literal letters, leaving escapes (\\S, \\d) and group names alone."""
+    out: list[str] = []
+    last = 0
+    for m in _FOLD_KEEP.finditer(pattern):
+        out.append(pattern[last : m.start()].lower())
+        out.append(m.group(0))
+        last = m.end()
+    out.append(pattern[last:].lower())
+    return "".join(out)
+
+
+def _lower_same_length(text: str) -> str:
+    """text.lower(), keeping positions aligned with `text` (a few characters lowercase to two)."""
+    low = text.lower()
+    if len(low) == len(text):
+        return low
+    return "".join(c if len(c.lower()) != 1 else c.lower() for c in text)
+
+
+def _scale_below_one(m: re.Match[str]) -> bool:
+    try:
+        return float(m.group("scale")) < 1.0
+    except (TypeError, ValueError):
+        return False
+
+
+def _nonzero(m: re.Match[str]) -> bool:
+    try:
+        return int(m.group("n")) > 0
+    except (TypeError, ValueError):
+        return False
+
+
+# --- oom: GPU and host memory, the kernel's OOM killer ---------------------------------------
+_rule("cuda-oom", "oom", 99, ("out of memory", "outofmemory"),
+      r"CUDA out of memory|OutOfMemoryError|CUDA error: out of memory|cuda failure 'out of memory'"
+      r"|HIP out of memory|cudaErrorMemoryAllocation|CUDA_ERROR_OUT_OF_MEMORY")
+_rule("tried-to-allocate", "oom", 98, "tried to allocate",
+      r"Tried to allocate [\d.]+ ?[KMGT]i?B")
+_rule("oom-killer", "oom", 98, ("oom-kill", "out of memory: kill", "oom_reaper", "memory cgroup out of memory", "invoked oom-killer"),
+      r"Out of memory: Kill(?:ed)? process|invoked oom-killer|oom-kill:|oom_reaper: reaped"
+      r"|Memory cgroup out of memory")
+_rule("cpu-alloc", "oom", 97, ("defaultcpuallocator", "cannot allocate memory", "can't allocate memory", "std::bad_alloc", "memoryerror", "not enough memory"),
+      r"DefaultCPUAllocator: (?:not enough memory|can't allocate memory)|\bMemoryError\b"
+      r"|Cannot allocate memory|std::bad_alloc|RESOURCE_EXHAUSTED.{0,40}memory")
+_rule("bnb-oom", "oom", 96, ("cudamalloc", "cublas_status_alloc_failed", "alloc_failed"),
+      r"cudaMalloc(?:Async)? (?:failed|retries)|CUBLAS_STATUS_ALLOC_FAILED|CUDNN_STATUS_ALLOC_FAILED")
+_rule("oom-recovered", "oom", 70, ("attempting to recover", "skipping batch"),
+      r"(?:ran out of memory|OOM).{0,80}(?:attempting to recover|skipping batch)", soft=True,
+      confidence=0.7)
+_rule("generic-oom", "oom", 80, ("out of memory", "oom"),
+      r"\bout of memory\b|\bOOM(?:ed)?\b(?! *[:=] *0)", confidence=0.85)
+_rule("sigkill", "oom", 60, ("sigkill", "-9 (pid", "exitcode: -9", "code -9", "code: -9", "status -9", "137", "killed"),
+      r"Signals\.SIGKILL|Signal 9 \(SIGKILL\)|exit ?code:? ?-9\b|exitcode\s*:\s*-9\b"
+      r"|exit status (?:-9|137)\b|exit code 137\b|^(?:\S*: line \d+: +\d+ )?Killed\b",
+      confidence=0.8)
+
+# --- diverged: NaN/inf loss or grad norm, loss-scale underflow, exploding loss ---------------
+_rule("nan-loss", "diverged", 94, ("nan", " inf", ":inf", "'inf", "=inf", "-inf", "+inf"),
+      r"""\b(?:lm |train(?:ing)?[ _]|eval[ _]|val(?:idation)?[ _])?loss['"]?\s*[:=]?\s*['"]?[-+]?(?:nan|inf(?:inity)?)\b""")
+_rule("nan-grad-norm", "diverged", 60, ("nan", " inf", ":inf", "'inf", "=inf", "-inf", "+inf"),
+      r"""\bgrad[ _]norm['"]?\s*[:=]?\s*['"]?[-+]?(?:nan|inf(?:inity)?)\b""", confidence=0.8)
+_rule("loss-is-nan", "diverged", 95, ("nan", "non-finite", "not finite", "infinite", "loss is", "loss became", "loss has become", "detected inf", "inf loss", "inf gradient"),
+      r"loss (?:is|became|has become|returned[^.\n]{0,40}is) (?:nan|inf|non-finite|infinite)"
+      r"|non-finite (?:loss|gradient|grad norm|values?)|is not finite|returned nan values"
+      r"|found NaN in local grad norm|NaN or Inf found in input tensor|detected (?:inf|nan)"
+      r"|(?:nan|inf) (?:loss|gradients?) detected|loss contains nan|Encountered nan")
+_rule("min-loss-scale", "diverged", 96, ("loss scale", "loss_scale", "minimum loss scale"),
+      r"Minimum loss scale reached|loss scale already at minimum|cannot decrease scale anymore"
+      r"|loss[ _]scale (?:has )?(?:underflow|reached (?:the )?minimum|fell below|too small)")
+_rule("scale-underflow", "diverged", 90, ("reducing loss scale to", "reducing to"),
+      r"(?:reducing loss scale to|Attempted loss scale: \S+, reducing to) (?P<scale>[0-9.eE+-]+)",
+      check=_scale_below_one)
+_rule("megatron-nan-iters", "diverged", 85, "number of nan iterations",
+      r"number of nan iterations:\s*(?P<n>\d+)", check=_nonzero, confidence=0.9)
+_rule("loss-exploded", "diverged", 90, ("explod", "diverg"),
+      r"loss (?:is |has )?(?:exploding|exploded|diverg(?:ed|ing))|training diverged"
+      r"|gradient explosion|exploding gradients? detected")
+
+# --- cuda_fault: driver/runtime mismatch, no device, illegal access, Xid/ECC, NCCL errors ----
+_rule("xid", "cuda_fault", 97, ("xid", "fallen off the bus"),
+      r"NVRM: Xid|\bXid \(?PCI|\bXid:? ?\d+\b|GPU has fallen off the bus")
+_rule("ecc", "cuda_fault", 97, ("ecc", "row remap"),
+      r"uncorrectable ECC error|\bECC error|double[- ]bit ECC|row remap(?:ping)? (?:failure|pending)")
+_rule("illegal-access", "cuda_fault", 96, ("illegal", "misaligned", "unspecified launch failure", "launch failure", "launch timed out"),
+      r"illegal memory access|illegal instruction was encountered|misaligned address"
+      r"|unspecified launch failure|CUDA_ERROR_ILLEGAL_ADDRESS|cudaErrorIllegalAddress"
+      r"|the launch timed out and was terminated|cudaErrorLaunchFailure")
+_rule("driver-mismatch", "cuda_fault", 96, ("driver", "nvml", "compute capability", "sm_", "no kernel image", "forward compatibility"),
+      r"driver version is insufficient|NVIDIA driver on your system is too old"
+      r"|Driver/library version mismatch|Failed to initialize NVML|couldn't communicate with the NVIDIA driver"
+      r"|no kernel image is available|forward compatibility was attempted"
+      r"|unsupported display driver|CUDA capability sm_\d+ is not compatible"
+      r"|not compatible with the current PyTorch installation|CUDA driver initialization failed"
+      r"|Found no NVIDIA driver|cudaErrorInsufficientDriver|CUDA_ERROR_SYSTEM_DRIVER_MISMATCH"
+      r"|Error 80[34]:")
+_rule("no-device", "cuda_fault", 96, ("no cuda gpus", "cuda-capable", "no_device", "nodevice", "not compiled with cuda",
+                                      "cudagetdevicecount", "cuda unknown error", "invalid device ordinal",
+                                      "gpu is lost", "unavailable", "cuinit", "cuda initialization"),
+      r"No CUDA GPUs are available|no CUDA-capable device is detected|CUDA_ERROR_NO_DEVICE"
+      r"|cudaErrorNoDevice|CUDA-capable device\(s\) is/are busy or unavailable"
+      r"|Torch not compiled with CUDA enabled|Unexpected error from cudaGetDeviceCount"
+      r"|CUDA unknown error - this may be due to an incorrectly set up environment"
+      r"|invalid device ordinal|GPU is lost|GPU (?:\d+ )?(?:is )?unavailable|cuInit\(\) failed"
+      r"|CUDA initialization: .{0,80}(?:error|failed)|cudaErrorDevicesUnavailable")
+_rule("hw-unsupported", "cuda_fault", 93, ("ampere", "bf16", "bfloat16", "flashattention", "flash attention"),
+      r"FlashAttention only supports Ampere GPUs or newer|Your setup doesn't support bf16"
+      r"|bf16 \(?bfloat16\)? (?:is )?not supported|does not support bfloat16|requires (?:an )?Ampere")
+_rule("cuda-lib", "cuda_fault", 88, ("libcuda", "libcudart", "bitsandbytes", "cuda setup", "libbitsandbytes", "nvcc"),
+      r"lib(?:cuda|cudart|cublas(?:Lt)?|nvrtc|cudnn)[\w.]*\.so[\d.]*: cannot open shared object file"
+      r"|CUDA Setup failed|Could not find the bitsandbytes CUDA binary|libbitsandbytes_cuda\d+\S*\.so"
+      r"|bitsandbytes was compiled without GPU support|CUDA SETUP: .{0,60}(?:not found|failed|Problem)"
+      r"|nvcc fatal\s*:\s*Unsupported gpu architecture|CUDA_HOME does not exist"
+      r"|detected CUDA version \([\d.]+\) mismatches the version that was used to compile PyTorch",
+      confidence=0.9)
+_rule("bnb-nogpu-warn", "cuda_fault", 40, ("compiled without gpu support", "setting accelerator to cpu"),
+      r"compiled without GPU support|Setting accelerator to CPU", soft=True, confidence=0.6)
+_rule("cublas-fault", "cuda_fault", 85, ("cublas_status", "cudnn_status", "cuda error", "cudaerror", "cuda_error"),
+      r"CUBLAS_STATUS_(?:EXECUTION_FAILED|INTERNAL_ERROR|NOT_INITIALIZED|ARCH_MISMATCH)"
+      r"|CUDNN_STATUS_(?:EXECUTION_FAILED|INTERNAL_ERROR|NOT_INITIALIZED|ARCH_MISMATCH)"
+      r"|CUDA error: (?:unknown error|operation not permitted|an? \w+ error|initialization error"
+      r"|operation not supported|uncorrectable|invalid argument|system not yet initialized)"
+      r"|DeferredCudaCallError|cudaErrorUnknown|CUDA_ERROR_UNKNOWN|CUDA_ERROR_LAUNCH_FAILED",
+      confidence=0.9)
+_rule("nccl-error", "cuda_fault", 84, ("nccl", "distbackenderror", "unhandled system error", "unhandled cuda error"),
+      r"NCCL error(?: in)?|nccl(?:System|Internal|UnhandledCuda|Invalid\w*|RemoteError)Error?"
+      r"|NCCL WARN (?:Cuda failure|NET/IB\s*:\s*Got completion|Call to|.{0,40}(?:error|fail))"
+      r"|DistBackendError|NCCL communicator was aborted|unhandled (?:system|cuda) error",
+      confidence=0.9)
+_rule("sigbus-gpu", "cuda_fault", 50, ("segmentation fault", "sigsegv", "core dumped"),
+      r"Segmentation fault|SIGSEGV|Fatal Python error: Segmentation", confidence=0.55)
+
+# --- stalled: collective/watchdog/rendezvous timeouts ------------------------------------------
+_rule("nccl-watchdog", "stalled", 92, ("watchdog", "timed out", "timeout", "heartbeat"),
+      r"Watchdog caught collective operation timeout|ran for \d+ milliseconds before timing out"
+      r"|watchdog got stuck|Heartbeat monitor timed out|Timeout at NCCL work"
+      r"|Some NCCL operations have failed or timed out|collective operation timeout"
+      r"|NCCL (?:watchdog )?timeout|Timed out waiting \d+ ?ms for send operation")
+_rule("rendezvous", "stalled", 91, ("rendezvous", "timed out", "timeout", "clients joined", "socket"),
+      r"RendezvousTimeoutError|Rendezvous (?:timed out|timeout)|Timed out after \d+ seconds waiting for clients"
+      r"|clients joined|The client socket has timed out|DistStoreError: .{0,60}[Tt]imed? ?out"
+      r"|Socket Timeout|wait timeout after \d+ ?ms|timed out waiting for (?:the )?(?:store|barrier|peers|workers)"
+      r"|barrier timed out|monitoredBarrier", confidence=0.95)
+_rule("rendezvous-fail", "stalled", 75, ("rendezvous", "address already in use", "distnetworkerror"),
+      r"RendezvousConnectionError|RendezvousClosedError|DistNetworkError"
+      r"|failed to bind to .{0,40}Address already in use", confidence=0.85)
+_rule("hang-detected", "stalled", 80, ("hang", "stuck", "no progress"),
+      r"\bhang(?:ing)? detected|training (?:appears|seems) (?:to be )?(?:stuck|hung)"
+      r"|no progress (?:for|in) \d+|process (?:is )?stuck", confidence=0.85)
+
+# --- io_error: disk full, write failures, downloads and network ------------------------------
+_rule("disk-full", "io_error", 96, ("no space left", "errno 28", "disk quota", "storagefull", "enospc", "disk full"),
+      r"No space left on device|\[Errno 28\]|Disk quota exceeded|StorageFull|\bENOSPC\b|disk (?:is )?full")
+_rule("write-failed", "io_error", 95, ("file write failed", "unexpected pos", "read-only file system", "input/output error", "stale file handle", "errno 5]", "errno 30]", "errno 122]"),
+      r"file write failed|PytorchStreamWriter failed|unexpected pos \d+ vs \d+|Read-only file system"
+      r"|Input/output error|\[Errno (?:5|30|122|116)\]|Stale file handle")
+_rule("ckpt-save-failed", "io_error", 85, ("checkpoint", "save"),
+      r"(?:failed|unable|could not) to (?:save|write) (?:the )?(?:checkpoint|model|state|adapter)"
+      r"|checkpoint (?:save|write|upload) failed|Error saving checkpoint", confidence=0.9)
+_rule("network", "io_error", 90, ("connect", "timed out", "timeout", "name resolution", "getaddrinfo", "max retries", "ssl", "unreachable", "resolve", "reset by peer", "incompleteread", "broken pipe"),
+      r"ConnectionError|ConnectTimeout|ConnectTimeoutError|ReadTimeout(?:Error)?|Read timed out"
+      r"|Max retries exceeded|Failed to establish a new connection|Connection refused"
+      r"|Connection (?:reset|aborted|broken)|reset by peer|IncompleteRead|RemoteDisconnected"
+      r"|Temporary failure in name resolution|Name or service not known|getaddrinfo failed"
+      r"|Could not resolve host|Network is unreachable|No route to host|SSLError|SSL: CERTIFICATE"
+      r"|ChunkedEncodingError|ProtocolError|httpx\.(?:ConnectError|ReadError|RemoteProtocolError)"
+      r"|aiohttp\.client_exceptions|EndpointConnectionError|couldn't connect to 'https?://",
+      soft=True, confidence=0.95)
+_rule("http-error", "io_error", 88, ("server error", "client error", "hfhubhttperror", "httperror", "too many requests", "gateway", "service unavailable", "gatedrepoerror", "unauthorized", "forbidden"),
+      r"\b5\d\d Server Error|\b429 Client Error|Too Many Requests|HfHubHTTPError|\bHTTPError\b"
+      r"|Bad Gateway|Gateway Time-?out|Service Unavailable|GatedRepoError|Cannot access gated repo"
+      r"|40[13] Client Error|Unauthorized for url|Access to model .{0,60} is restricted",
+      soft=True, confidence=0.92)
+_rule("offline-cache", "io_error", 87, ("localentrynotfounderror", "outgoing traffic has been disabled", "consistency check failed", "cdn-lfs", "download"),
+      r"LocalEntryNotFoundError|outgoing traffic has been disabled|Consistency check failed"
+      r"|download(?:ing)? (?:failed|error|interrupted|incomplete)|failed to download"
+      r"|HeaderTooLarge|incomplete (?:download|file)", confidence=0.9)
+_rule("s3", "io_error", 86, ("botocore", "s3", "nosuchbucket", "slowdown"),
+      r"botocore\.exceptions\.\w+|S3UploadFailedError|upload failed|NoSuchBucket|SlowDown",
+      soft=True, confidence=0.85)
+_rule("retry-warn", "io_error", 35, ("retry", "retrying"),
+      r"Retrying in [\d.]+ ?s|\[Retry \d+/\d+\]|Retrying \(Retry\(total=|retrying after", soft=True,
+      confidence=0.55)
+_rule("wandb-net", "io_error", 30, ("wandb:",),
+      r"wandb: (?:ERROR|Network error).{0,80}(?:connect|network|timed? ?out|retry)", soft=True,
+      confidence=0.5)
+
+# --- data_error: dataset, tokenizer, template, schema, config ---------------------------------
+_rule("device-assert-data", "data_error", 95, ("assertion", "device-side assert", "index out of range", "indexselect"),
+      r"Assertion `(?:srcIndex < srcSelectDimSize|t >= 0 && t < n_classes|input_val >= zero && input_val <= one"
+      r"|idx_dim >= 0 && idx_dim < index_size|index out of bounds|cur_target >= 0 && cur_target < n_classes)[^`]*` failed"
+      r"|device-side assert triggered|IndexError: index out of range in self"
+      r"|index \S+ is out of bounds for dimension")
+_rule("template", "data_error", 95, ("template", "jinja"),
+      r"chat_template is not set|Cannot use chat template|jinja2\.exceptions\.\w+"
+      r"|Conversation roles must alternate|TemplateError|Template \S+ does not exist"
+      r"|unknown (?:chat )?template|No chat template|template .{0,30}not found")
+_rule("tokenizer", "data_error", 94, ("tokenizer", "pad", "truncation", "textencodeinput", "text input must be"),
+      r"Asking to pad but the tokenizer does not have a padding token|Unable to create tensor, you should probably activate truncation"
+      r"|Tokenizer class \S+ does not exist|TextEncodeInput must be|text input must (?:be )?of type"
+      r"|Can't load tokenizer|tokenizer\.json.{0,40}(?:not found|missing|corrupt)"
+      r"|Exception: data did not match any variant of untagged enum|tokenizer .{0,30}has no attribute"
+      r"|vocab(?:ulary)? size mismatch|token id \d+ (?:is )?out of (?:range|vocab)")
+_rule("dataset", "data_error", 94, ("datasetgeneration", "arrowinvalid", "arrowtypeerror", "casterror", "jsondecodeerror",
+                                    "json parse error", "unicodedecodeerror", "couldn't cast", "column", "valid samples",
+                                    "undefined dataset", "dataset script", "unable to find '", "empty", "num_samples=0",
+                                    "not found", "invalid dataset", "dataset format", "tokenization strategy",
+                                    "failed to load dataset", "datasets.exceptions", "splits", "expected schema",
+                                    "schema mismatch", "keyerror: '"),
+      r"DatasetGenerationError|DatasetGenerationCastError|ArrowInvalid|ArrowTypeError|CastError"
+      r"|JSONDecodeError|JSON parse error|UnicodeDecodeError|Couldn't cast|column .{0,40}not (?:found|in)"
+      r"|Column \S+ not in the dataset|No columns in the dataset match|Cannot find valid samples"
+      r"|Undefined dataset .{0,60}in dataset_info|Couldn't find a dataset script|Unable to find '[^']+'"
+      r"|dataset (?:is )?empty|empty dataset|num_samples=0|Dataset .{0,40}not found"
+      r"|Invalid dataset|Please check the dataset format|unhandled prompt tokenization strategy"
+      r"|Failed to load dataset|datasets\.exceptions\.\w+|ExpectedMoreSplits|SplitsNotFoundError"
+      r"|NonMatchingSplitsSizesError|doesn't match the expected schema|schema mismatch|KeyError: '(?:text|input|output|instruction|messages|conversations|label|labels|prompt|response|chosen|rejected|content|role|from|value)'")
+_rule("batch-shape", "data_error", 90, ("batch_size", "did not return a loss", "target size", "labels"),
+      r"Expected input batch_size \(\d+\) to match target batch_size|did not return a loss from the inputs"
+      r"|Target size \(.{0,40}\) must be the same as input size|labels? .{0,30}out of (?:range|bounds)"
+      r"|Target \d+ is out of bounds", confidence=0.95)
+_rule("config", "data_error", 90, ("validationerror", "yaml.", "scannererror", "parsererror", "unexpected keyword argument",
+                                   "not found in the base model", "please specify", "not a valid model identifier",
+                                   "unrecognized", "size mismatch for", "loading state_dict", "missing key(s)",
+                                   "configerror", "invalidconfig", "invalid config", "error: argument",
+                                   "hfargumentparser", "invalid choice", "unknown optimizer", "unknown scheduler",
+                                   "unknown model type", "unknown quantization", "does not appear to have a file named",
+                                   "configuration file", "cannot find config", "config.json"),
+      r"ValidationError|yaml\.(?:scanner|parser|constructor)\.\w+Error|ScannerError|ParserError"
+      r"|got an unexpected keyword argument|Target modules .{0,80}not found in the base model"
+      r"|Please specify `?\w+`? in|is not a valid model identifier|Unrecognized configuration class"
+      r"|Unrecognized model in|size mismatch for|Error\(s\) in loading state_dict|Missing key\(s\) in state_dict"
+      r"|ConfigError|InvalidConfig|Invalid config|unrecognized arguments:|error: argument"
+      r"|Some specified arguments are not used by the HfArgumentParser|invalid choice:"
+      r"|Unknown (?:optimizer|scheduler|model type|quantization)|does not appear to have a file named"
+      r"|configuration file .{0,40}not found|Cannot find config|config\.json.{0,20}not found",
+      confidence=0.92)
+_rule("config-hint", "data_error", 45, ("should be", "must be", "is not supported"),
+      r"^\S*Error: .{0,120}(?:should be (?:a|an|one of)|must be (?:a multiple|divisible|one of|greater|less|positive|set)|is not supported for)",
+      soft=True, confidence=0.65)
+_rule("module-missing", "data_error", 70, ("modulenotfounderror", "importerror", "no module named", "requires the latest version", "requires the following packages"),
+      r"ModuleNotFoundError|No module named|ImportError|requires the latest version of|requires the following packages",
+      soft=True, confidence=0.8)
+_rule("file-missing", "data_error", 70, ("filenotfounderror", "no such file or directory", "errno 2]"),
+      r"FileNotFoundError|No such file or directory|\[Errno 2\]|IsADirectoryError|NotADirectoryError",
+      soft=True, confidence=0.8)
+_rule("python-bug", "data_error", 40, ("error:", "exception:", "assertionerror"),
+      r"^\S*(?:KeyError|ValueError|TypeError|IndexError|AttributeError|AssertionError|NameError"
+      r"|ZeroDivisionError|NotImplementedError|RecursionError|UnboundLocalError|LookupError)\b:?",
+      confidence=0.55)
+
+# --- completed ------------------------------------------------------------------------------------
+_rule("completed", "completed", 50,
+      ("training completed", "train_runtime", "train metrics", "training complete", "stopped:", "after training is done", "finished training", "training finished", "training done", "run finished", "saving final", "final model saved", "status: completed", "done training", "finished step="),
+      r"Training completed\. Do not forget|Training Completed!|\btrain_runtime\b|\*{3,} train metrics \*{3,}"
+      r"|`Trainer\.fit` stopped: `max_(?:epochs|steps)=\d+` reached|\[after training is done\]"
+      r"|\b(?:training|run) (?:is )?(?:finished|complete(?:d)?|done)\b(?! *[:=] *(?:false|0))"
+      r"|finished training|done training|saving final (?:model|adapter|checkpoint)"
+      r"|final (?:model|adapter) saved|status: completed|z finished step=\d+",
+      confidence=0.95)
+
+_FATAL_FLOOR = 55  # hits at or above this weight are terminal failures (unless progress followed a soft one)
+
+_GENERIC_WRAPPERS = re.compile(r"ChildFailedError|CalledProcessError|exitcode\s*:\s*1\b")
+
+_PROGRESS = re.compile(
+    r"\d{1,3}%\|[^|\n]{0,80}\|\s*\d+/\d+ \["  # tqdm
+    r"""|[{,]\s*['"](?:loss|train_loss|grad_norm|learning_rate)['"]\s*:\s*[-+\d.e]+"""  # HF dicts
+    r"|\biter(?:ation)?\s+\d+\s*(?:/\s*\d+)?\s*[:|,]?\s*(?:loss|train loss|lm loss)"  # nanoGPT
+    r"|\biteration\s+\d+\s*/\s*\d+\s*\|"  # Megatron
+    r"|\bstep[=:\s]\s*\d+.{0,40}\b(?:loss|lr)\b"  # generic step lines, DeepSpeed
+    r"|\b(?:epoch|Epoch)\s*[:=]?\s*\d+.{0,60}\bloss\b"
+    r"|\bloss\s*[=:]\s*[-+\d.]"
+    r"|^\|\s*\d+\s*\|\s*[-+\d.e]+\s*\|"  # unsloth / TRL step table
+    r"|saving (?:model )?checkpoint to",
+    re.IGNORECASE,
+)
+_GRAD_NORM_VALUE = re.compile(r"""\bgrad[ _]norm['"]?\s*[:=]?\s*['"]?([-+]?(?:nan|inf(?:inity)?|[\d.]+(?:e[-+]?\d+)?))""")
+_LOSS_VALUE = re.compile(
+    r"""(?:['"]loss['"]\s*:\s*|\b(?:train |lm )?loss\s*[=:]?\s*)([-+]?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?)""",
+    re.IGNORECASE,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class _Hit:
+    rule: _Rule
+    pos: int
+    line: str
+
+
+def _search(rule: _Rule, low: str) -> re.Match[str] | None:
+    """The first match of a rule, or None; the regex runs only when one of its needles is present.
+
+    Every alternative of a rule's pattern contains one of its needles, so the search starts at
+    the line of the first needle found.
+    """
+    first = -1
+    for needle in rule.needles:
+        i = low.find(needle)
+        if i >= 0 and (first < 0 or i < first):
+            first = i
+    if first < 0:
+        return None
+    start = low.rfind("\n", 0, first) + 1
+    for m in rule.pattern.finditer(low, start):
+        if rule.check is None or rule.check(m):
+            return m
+    return None
+
+
+def _line_at(text: str, pos: int) -> str:
+    start = text.rfind("\n", 0, pos) + 1
+    end = text.find("\n", pos)
+    if end < 0:
+        end = len(text)
+    line = text[start:end].strip()
+    if len(line) > _EVIDENCE_CHARS:
+        line = line[:_EVIDENCE_CHARS] + "…"
+    return line
+
+
+_PROGRESS_MARKERS = ("%|", "loss", "step=", "iteration", "it/s", "s/it", "checkpoint to", "|")
+_PROGRESS_TRIES = 40
+
+
+def _last_progress(text: str, low: str) -> tuple[int, str]:
+    """Position and text of the last progress line (-1 when none), searching back from the end."""
+    end = len(text)
+    for _ in range(_PROGRESS_TRIES):
+        pos = max(low.rfind(m, 0, end) for m in _PROGRESS_MARKERS)
+        if pos < 0:
+            break
+        start = text.rfind("\n", 0, pos) + 1
+        stop = text.find("\n", pos)
+        line = text[start : stop if stop >= 0 else len(text)]
+        if _PROGRESS.search(line):
+            return start, line.strip()[:_EVIDENCE_CHARS]
+        end = start
+    return -1, ""
+
+
+def _exploding(text: str) -> str | None:
+    """Evidence of an exploding (finite but huge) loss in the last logged values, or None."""
+    values: list[tuple[float, int]] = []
+    window = text[-4096:]
+    if "loss" not in window.lower():
+        return None
+    for m in _LOSS_VALUE.finditer(window):
+        try:
+            values.append((float(m.group(1)), m.start()))
+        except ValueError:
+            continue
+    if len(values) < 3:
+        return None
+    values = values[-50:]
+    last, pos = values[-1]
+    floor = min(v for v, _ in values)
+    if last >= 1e3 and last >= 20 * max(floor, 1e-3):
+        return _line_at(window, pos)
+    return None
+
+
+def _guess(*, idle: float | None, stall_after_s: float) -> str:
+    if idle is not None and idle >= stall_after_s:
+        return "stalled"
+    return "progressing"
+
+
+def classify(
+    tail: str,
+    *,
+    idle_seconds: float | None = None,
+    stall_after_s: float = DEFAULT_STALL_AFTER_S,
+    max_chars: int = DEFAULT_MAX_CHARS,
+) -> Verdict:
+    """Decide a state from a log tail and how long the log has been idle (pure, bounded)."""
+    text = normalise(tail, max_chars=max_chars)
+    low = _lower_same_length(text)
+    idle = idle_seconds if idle_seconds is not None and idle_seconds == idle_seconds else None
+    idle_evidence = f"log idle for {idle:.0f}s (stall threshold {stall_after_s:.0f}s)" if idle is not None else ""
+
+    hits: list[_Hit] = []
+    for rule in _RULES:
+        m = _search(rule, low)
+        if m is None:
+            continue
+        hits.append(_Hit(rule, m.start(), _line_at(text, m.start())))
+
+    progress_pos, progress_line = _last_progress(text, low)
+    if any(h.rule.name == "nan-grad-norm" for h in hits):
+        # fp16 runs log an occasional inf grad norm on a skipped step: only the last value counts.
+        values = _GRAD_NORM_VALUE.findall(low[-8192:])
+        if values and values[-1].lstrip("+-")[:1].isdigit():
+            hits = [h for h in hits if h.rule.name != "nan-grad-norm"]
+    live = [h for h in hits if not (h.rule.soft and progress_pos > h.pos)]
+    fatal = [h for h in live if h.rule.state != "completed" and h.rule.weight >= _FATAL_FLOOR]
+    done = [h for h in live if h.rule.state == "completed"]
+
+    def verdict(best: _Hit, confidence: float | None = None) -> Verdict:
+        others = sorted(
+            (h for h in live if h is not best and h.rule.state == best.rule.state and h.line != best.line),
+            key=lambda h: -h.rule.weight,
+        )
+        evidence = tuple(dict.fromkeys([best.line, *[h.line for h in others]]))[:3]
+        return Verdict(best.rule.state, confidence or best.rule.confidence, evidence,
+                       best.rule.name, best.rule.state)
+
+    if done:
+        last_done = max(done, key=lambda h: h.pos)
+        later_fatal = [h for h in fatal if h.pos > last_done.pos]
+        if not later_fatal:
+            return verdict(last_done)
+        fatal = later_fatal
+    if fatal:
+        best = max(fatal, key=lambda h: (h.rule.weight, h.pos))
+        return verdict(best)
+
+    boom = _exploding(text)
+    if boom is not None:
+        return Verdict("diverged", 0.8, (boom,), "loss-exploding", "diverged")
+
+    guess = _guess(idle=idle, stall_after_s=stall_after_s)
+    weak = [h for h in live if h.rule.state != "completed"]
+    if weak:
+        best = max(weak, key=lambda h: (h.rule.weight, h.pos))
+        if best.rule.soft or best.rule.confidence < 0.6:
+            # A soft warning with nothing after it, or a bare Python exception: not sure.
+            return Verdict(UNSURE, best.rule.confidence, (best.line,), best.rule.name, best.rule.state)
+        return verdict(best)
+
+    if progress_pos >= 0:
+        if guess == "stalled":
+            return Verdict("stalled", 0.9, (idle_evidence, progress_line), "idle-after-progress", "stalled")
+        return Verdict("progressing", 0.9 if idle is not None else 0.85, (progress_line,), "progress", "progressing")
+    if guess == "stalled":
+        return Verdict("stalled", 0.8, (idle_evidence,), "idle", "stalled")
+    last = next((ln.strip() for ln in reversed(text.splitlines()) if ln.strip()), "")
+    return Verdict(UNSURE, 0.0, (last[:_EVIDENCE_CHARS],) if last else (), "no-evidence", guess)

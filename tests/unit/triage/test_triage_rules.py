@@ -1,0 +1,186 @@
+"""The rules stage of train.log triage: real-looking excerpts, ranking, and hostile input."""
+
+from __future__ import annotations
+
+import os
+import random
+import time
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from app.triage import rules
+from app.triage.corpus import build, handwritten
+from app.triage.digest import digest
+from app.triage.rules import STATES, UNSURE, action_for, classify, read_tail
+
+HANDWRITTEN = handwritten()
+
+
+@pytest.mark.parametrize("row", HANDWRITTEN, ids=[r["id"] for r in HANDWRITTEN])
+def test_handwritten_excerpt_is_classified(row: dict) -> None:
+    """Each hand-written excerpt, modelled on how real failures print, gets its labelled state."""
+    v = classify(row["log"], idle_seconds=row["idle_seconds"])
+    assert v.state == row["state"], (v.rule, v.evidence)
+    assert v.evidence and all(isinstance(e, str) for e in v.evidence)
+
+
+def test_the_real_error_outranks_the_launcher_traceback_printed_after_it() -> None:
+    """Given an OOM followed by torchrun's ChildFailedError and a CalledProcessError, the state is oom."""
+    log = (
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 23.65 GiB\n"
+        "torch.distributed.elastic.multiprocessing.errors.ChildFailedError:\n"
+        "subprocess.CalledProcessError: Command '['python', 'train.py']' returned non-zero exit status 1.\n"
+        "[rank1]:[E ProcessGroupNCCL.cpp:563] [Rank 1] Watchdog caught collective operation timeout: "
+        "WorkNCCL(SeqNum=9, OpType=ALLREDUCE, Timeout(ms)=600000) ran for 600123 milliseconds before timing out.\n"
+    )
+    v = classify(log)
+    assert v.state == "oom"
+    assert "CUDA out of memory" in v.evidence[0]
+
+
+def test_completed_loses_to_a_fatal_error_printed_after_it() -> None:
+    """A crash after 'Training completed' (e.g. the final save hits a full disk) is that crash."""
+    log = "Training completed. Do not forget to share your model on huggingface.co/models =)\nOSError: [Errno 28] No space left on device\n"
+    assert classify(log).state == "io_error"
+    assert action_for("io_error", ("OSError: [Errno 28] No space left on device",)) == "replace the host (disk)"
+    assert action_for("io_error", ("requests.exceptions.ReadTimeout",)) == "retry on the same host (network)"
+
+
+def test_transient_warnings_followed_by_progress_are_progressing() -> None:
+    """A wandb network hiccup or a retry, then more training steps, is still progressing."""
+    log = ("wandb: Network error (ConnectionError), entering retry loop.\n"
+           "Retrying in 2s [Retry 1/5].\n"
+           "iter 1200: loss 1.8821, time 212.40ms, mfu 29.91%\n")
+    assert classify(log, idle_seconds=10).state == "progressing"
+
+
+def test_a_log_that_stopped_growing_is_stalled_but_a_finished_one_is_completed() -> None:
+    """Idle past the threshold means stalled, unless the log says the run completed."""
+    progress = "{'loss': 1.2, 'grad_norm': 0.5, 'learning_rate': 1e-05, 'epoch': 0.6}\n 60%|██████    | 600/1000 [10:00<06:40, 1.00s/it]\n"
+    assert classify(progress, idle_seconds=30).state == "progressing"
+    assert classify(progress, idle_seconds=5000).state == "stalled"
+    done = progress + "Training completed. Do not forget to share your model on huggingface.co/models =)\n"
+    assert classify(done, idle_seconds=5000).state == "completed"
+
+
+def test_fp16_loss_scale_reductions_are_normal_but_underflow_is_diverged() -> None:
+    """Skipped fp16 steps while the scale stays >= 1 are progress; a scale below 1 is divergence."""
+    ok = ("[deepspeed] OVERFLOW! Rank 0 Skipping step. Attempted loss scale: 65536, reducing to 32768\n"
+          "[Rank 0] step=1210, skipped=3, lr=[1.88e-05], mom=[(0.9, 0.999)]\n")
+    assert classify(ok, idle_seconds=5).state == "progressing"
+    bad = "Gradient overflow.  Skipping step, loss scaler 0 reducing loss scale to 1.52587890625e-05\n"
+    assert classify(bad).state == "diverged"
+
+
+def test_megatron_zero_nan_iterations_is_not_divergence() -> None:
+    """Megatron's 'number of nan iterations: 0' on every line is normal progress."""
+    line = (" iteration      100/  10000 | consumed samples: 51200 | lm loss: 2.871234E+00 | loss scale: 1.0 |"
+            " grad norm: 0.412 | number of skipped iterations:   0 | number of nan iterations:   0 |\n")
+    assert classify(line * 3, idle_seconds=5).state == "progressing"
+
+
+def test_nccl_info_no_device_found_is_not_a_cuda_fault() -> None:
+    """'NCCL INFO NET/IB : No device found.' is normal on hosts without InfiniBand."""
+    log = "NCCL INFO NET/IB : No device found.\n{'loss': 1.44, 'grad_norm': 0.31, 'learning_rate': 0.0002, 'epoch': 0.08}\n"
+    assert classify(log, idle_seconds=5).state == "progressing"
+
+
+@pytest.mark.parametrize(
+    "junk",
+    [
+        "",
+        "\n\n\n",
+        "\x00\x01\x02" * 1000,
+        "\x1b[31mERROR\x1b[0m \x1b]0;title\x07 plain",
+        "\r".join(f" {i}%|█         | {i}/100 [00:01<00:10, 9.0it/s]" for i in range(100)),
+        "�" * 50_000,
+        "a" * 200_000,
+    ],
+    ids=["empty", "blank", "nul", "ansi", "cr-bars", "replacement", "one-long-line"],
+)
+def test_bad_input_always_yields_a_verdict(junk: str) -> None:
+    """Empty, binary, ANSI, carriage-return and oversized input never crash and give a state or unsure with a guess."""
+    v = classify(junk, idle_seconds=1)
+    assert v.state in (*STATES, UNSURE)
+    assert v.guess in STATES
+
+
+def test_ansi_colours_and_carriage_returns_do_not_hide_the_error() -> None:
+    """An OOM in red after a CR-redrawn progress bar is found."""
+    log = " 10%|█ | 10/100 [00:01<00:10]\r 11%|█ | 11/100 [00:01<00:10]\r\x1b[31mtorch.OutOfMemoryError: CUDA out of memory.\x1b[0m\n"
+    v = classify(log)
+    assert v.state == "oom"
+    assert "\x1b" not in v.evidence[0]
+
+
+def test_a_2gb_log_is_read_from_its_tail_in_bounded_time(tmp_path: Path) -> None:
+    """A sparse 2 GB file with an OOM at the end is triaged by seeking, in well under a second."""
+    path = tmp_path / "train.log"
+    with path.open("wb") as fh:
+        fh.truncate(2 * 1024**3)
+        fh.seek(0, os.SEEK_END)
+        fh.write(b"\xff\xfe not utf-8 \x80\nRuntimeError: CUDA error: out of memory\n")
+    t0 = time.perf_counter()
+    tail = read_tail(path)
+    v = classify(tail)
+    assert time.perf_counter() - t0 < 1.0
+    assert len(tail) <= rules.DEFAULT_TAIL_BYTES
+    assert v.state == "oom"
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.text(max_size=3000), st.one_of(st.none(), st.floats(allow_nan=True)))
+def test_any_text_and_any_idle_value_gives_a_verdict(text: str, idle: float | None) -> None:
+    """Property: arbitrary text (and NaN/inf/negative idle) always returns a valid verdict."""
+    v = classify(text, idle_seconds=idle)
+    assert v.state in (*STATES, UNSURE)
+    assert v.guess in STATES
+    assert 0.0 <= v.confidence <= 1.0
+
+
+def test_every_rule_match_on_the_corpus_contains_one_of_its_needles() -> None:
+    """The needle prefilter is safe: a full-text search never finds a match without a needle in its line."""
+    rows = [*build(3, per_cell_train=2, per_cell_eval=0, per_cell_ood=2)["train"], *HANDWRITTEN]
+    for row in rows:
+        low = rules.normalise(row["log"]).lower()
+        for rule in rules._RULES:
+            m = rule.pattern.search(low)
+            if m is None:
+                continue
+            start = low.rfind("\n", 0, m.start()) + 1
+            end = low.find("\n", m.end())
+            line = low[start : end if end >= 0 else len(low)]
+            assert any(n in line for n in rule.needles), (rule.name, line[:200])
+
+
+def test_the_corpus_is_deterministic_and_covers_every_state_and_split() -> None:
+    """The same seed yields the same rows; every split has every state; OOD frameworks never appear in train."""
+    a = build(5, per_cell_train=1, per_cell_eval=1, per_cell_ood=1)
+    b = build(5, per_cell_train=1, per_cell_eval=1, per_cell_ood=1)
+    assert a == b
+    for split in ("train", "eval", "ood"):
+        assert {r["state"] for r in a[split]} == set(STATES)
+    assert not {r["framework"] for r in a["train"]} & {r["framework"] for r in a["ood"]}
+
+
+def test_the_digest_is_short_and_keeps_the_deciding_line() -> None:
+    """The specialist's digest is bounded and leads with the most specific error line."""
+    noise = "".join(f"[rank{i}] traceback : To enable traceback see: https://pytorch.org\n" for i in range(150))
+    log = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\n" + noise
+    d = digest(log, idle_seconds=10)
+    assert len(d) <= 700
+    assert d.startswith("idle fresh | torch.OutOfMemoryError")
+
+
+def test_rules_are_fast_on_corpus_tails() -> None:
+    """Smoke check of speed: 400 corpus tails take well under a second of CPU (the bench measures properly)."""
+    rows = build(11, per_cell_train=5, per_cell_eval=0, per_cell_ood=0)["train"][:400]
+    rng = random.Random(0)
+    rng.shuffle(rows)
+    t0 = time.process_time()
+    for r in rows:
+        classify(r["log"], idle_seconds=r["idle_seconds"])
+    assert time.process_time() - t0 < 1.0
