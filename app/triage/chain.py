@@ -1,0 +1,158 @@
+"""The triage chain: rules -> specialist (when rules are unsure) -> capped LLM (when both are).
+
+    chain = TriageChain(specialist=default_specialist(), escalation=LlmEscalation(cfg, ledger))
+    [result] = chain.triage_many([TriageInput("job-1", log_tail, idle_seconds=40)])
+
+Every input gets a state. When the specialist is not confident and escalation is impossible
+(no endpoint, the daily cap reached, the endpoint failing), the result is the best guess so far
+with `needs_operator=True`. Batches are staged: all rows through the rules, the residue through
+the specialist in one call (one model load), what is still unsure through the LLM.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from app.triage.digest import digest
+from app.triage.llm import EscalationResult
+from app.triage.rules import (
+    DEFAULT_STALL_AFTER_S,
+    STATES,
+    UNSURE,
+    Verdict,
+    action_for,
+    classify,
+)
+from app.triage.specialist import Specialist, SpecialistFailed
+
+__all__ = ["Escalation", "TriageChain", "TriageInput", "TriageResult"]
+
+
+class Escalation(Protocol):
+    def ask(self, prompt: str, *, row_id: str = "", job: str | None = None) -> EscalationResult: ...
+
+
+@dataclass(frozen=True, slots=True)
+class TriageInput:
+    id: str
+    log: str
+    idle_seconds: float | None = None
+    job: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TriageResult:
+    id: str
+    state: str
+    stage: str  # rules | specialist | llm
+    confidence: float
+    action: str
+    evidence: tuple[str, ...]
+    needs_operator: bool = False
+    notes: tuple[str, ...] = field(default=())
+
+    def as_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"id": self.id, "state": self.state, "stage": self.stage,
+                               "confidence": round(self.confidence, 4), "action": self.action,
+                               "evidence": list(self.evidence)}
+        if self.needs_operator:
+            out["needs_operator"] = True
+        if self.notes:
+            out["notes"] = list(self.notes)
+        return out
+
+
+class TriageChain:
+    """Compose the three stages; thresholds are the confidence each stage needs to answer alone."""
+
+    def __init__(
+        self,
+        *,
+        specialist: Specialist | None = None,
+        escalation: Escalation | None = None,
+        rules_min_confidence: float = 0.8,
+        specialist_min_confidence: float = 0.7,
+        stall_after_s: float = DEFAULT_STALL_AFTER_S,
+    ) -> None:
+        self.specialist = specialist
+        self.escalation = escalation
+        self.rules_min_confidence = rules_min_confidence
+        self.specialist_min_confidence = specialist_min_confidence
+        self.stall_after_s = stall_after_s
+
+    def triage(self, log: str, *, idle_seconds: float | None = None, id: str = "log",
+               job: str | None = None) -> TriageResult:
+        return self.triage_many([TriageInput(id, log, idle_seconds, job)])[0]
+
+    def triage_many(self, rows: Sequence[TriageInput]) -> list[TriageResult]:
+        verdicts = [classify(r.log, idle_seconds=r.idle_seconds, stall_after_s=self.stall_after_s) for r in rows]
+        results: list[TriageResult | None] = [None] * len(rows)
+        residue: list[int] = []
+        for i, (row, v) in enumerate(zip(rows, verdicts, strict=True)):
+            if v.sure and v.confidence >= self.rules_min_confidence:
+                results[i] = TriageResult(row.id, v.state, "rules", v.confidence, v.action, v.evidence)
+            else:
+                residue.append(i)
+        if not residue:
+            return [r for r in results if r is not None]
+
+        digests = {i: digest(rows[i].log, rows[i].idle_seconds) for i in residue}
+        # Best guess so far per residue row: (state, confidence, stage, evidence).
+        best: dict[int, tuple[str, float, str, tuple[str, ...]]] = {
+            i: (_rules_state(verdicts[i]), verdicts[i].confidence, "rules", verdicts[i].evidence) for i in residue
+        }
+        notes: dict[int, list[str]] = {i: [] for i in residue}
+        still: list[int] = list(residue)
+        if self.specialist is not None:
+            try:
+                scores = self.specialist.predict([digests[i] for i in residue])
+            except SpecialistFailed as exc:
+                scores = []
+                for i in residue:
+                    notes[i].append(f"specialist unavailable: {exc}")
+            if len(scores) != len(residue):
+                scores = []
+            still = []
+            for i, s in zip(residue, scores, strict=True):
+                state, p = _top(s)
+                if state is None:
+                    still.append(i)
+                    continue
+                ev = (f"specialist p={p:.2f}", *verdicts[i].evidence[:2])
+                if p >= self.specialist_min_confidence:
+                    results[i] = TriageResult(rows[i].id, state, "specialist", p, action_for(state, verdicts[i].evidence), ev)
+                else:
+                    best[i] = (state, p, "specialist", ev)
+                    still.append(i)
+            if not scores:
+                still = list(residue)
+
+        for i in still:
+            state, conf, stage, ev = best[i]
+            answer: EscalationResult | None = None
+            if self.escalation is not None:
+                answer = self.escalation.ask(digests[i], row_id=rows[i].id, job=rows[i].job)
+            if answer is not None and answer.state is not None:
+                results[i] = TriageResult(rows[i].id, answer.state, "llm", 0.8,
+                                          action_for(answer.state, verdicts[i].evidence),
+                                          (f"llm (${answer.cost_usd:.5f})", *verdicts[i].evidence[:2]),
+                                          notes=tuple(notes[i]))
+                continue
+            why = answer.reason if answer is not None else "no LLM endpoint configured (TUNEHARNESS_LLM_URL)"
+            results[i] = TriageResult(rows[i].id, state, stage, conf, action_for(state, ev), ev,
+                                      needs_operator=True, notes=(*notes[i], why))
+        return [r for r in results if r is not None]
+
+
+def _rules_state(v: Verdict) -> str:
+    return v.guess if v.state == UNSURE else v.state
+
+
+def _top(scores: dict[str, float]) -> tuple[str | None, float]:
+    known = {k: v for k, v in scores.items() if k in STATES}
+    if not known:
+        return None, 0.0
+    state = max(known, key=lambda k: known[k])
+    return state, known[state]

