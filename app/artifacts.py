@@ -162,7 +162,9 @@ class S3ArtifactStore:
     def list_keys(self, prefix: str) -> list[str]:
         from botocore.exceptions import BotoCoreError, ClientError
 
-        full = self._key(prefix) if prefix else (self.prefix + "/" if self.prefix else "")
+        if ".." in prefix.split("/") or prefix.startswith("/"):
+            raise ArtifactError(f"bad artifact prefix {prefix!r}")
+        full = f"{self.prefix}/{prefix}" if self.prefix else prefix
         strip = len(self.prefix) + 1 if self.prefix else 0
         keys: list[str] = []
         try:
