@@ -22,9 +22,10 @@ if TYPE_CHECKING:
     from app.alerts import Notifier, OutboxNotifier
     from app.market import Market
     from app.reputation import ReputationStore
+    from app.triage.chain import TriageChain
     from gate.service import GateService
 
-__all__ = ["budget", "check_worker_config", "engine", "gate", "ledger", "market", "notifier", "reputation", "settings", "sim_campaign", "sim_serve"]
+__all__ = ["budget", "check_worker_config", "engine", "gate", "ledger", "market", "notifier", "reputation", "settings", "sim_campaign", "sim_serve", "triage_chain"]
 
 
 @functools.cache
@@ -161,3 +162,17 @@ def sim_campaign(trace: str, *, policy: str, jobs: int | None = None, seed: int 
     from workers.campaign import run_campaign_file
 
     return run_campaign_file(trace, policy=policy, jobs=jobs, seed=seed).receipt
+
+
+def triage_chain(*, with_specialist: bool = True, with_llm: bool = True) -> TriageChain:
+    """The train.log triage chain: rules, the shipped specialist (if trained), the capped LLM (if configured)."""
+    import os
+
+    from app.triage.chain import TriageChain
+    from app.triage.llm import LlmConfig, LlmEscalation
+    from app.triage.specialist import default_specialist
+
+    specialist = default_specialist() if with_specialist else None
+    config = LlmConfig.from_env(os.environ) if with_llm else None
+    escalation = LlmEscalation(config, ledger()) if config is not None else None
+    return TriageChain(specialist=specialist, escalation=escalation)

@@ -20,6 +20,7 @@ from app.cli import (
     market_cmd,
     sim_cmd,
     stack_cmd,
+    triage_cmd,
 )
 from app.errors import UserError
 
@@ -38,6 +39,7 @@ cli.add_typer(market_cmd.app, name="market")
 market_cmd.register(cli)
 cli.add_typer(gate_cmd.app, name="gate")
 cli.add_typer(sim_cmd.app, name="sim")
+cli.add_typer(triage_cmd.app, name="triage")
 cli.add_typer(hosts_cmd.app, name="hosts")
 stack_cmd.register(cli)
 doctor_cmd.register(cli)
