@@ -20,12 +20,16 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from app.alerts import Notifier, OutboxNotifier
+    from app.jobs import JobStore
     from app.market import Market
     from app.reputation import ReputationStore
     from app.triage.chain import TriageChain
     from gate.service import GateService
 
-__all__ = ["budget", "check_worker_config", "engine", "gate", "ledger", "market", "notifier", "reputation", "settings", "sim_campaign", "sim_serve", "triage_chain"]
+__all__ = [
+    "budget", "check_worker_config", "engine", "enqueue_job", "gate", "jobs", "ledger", "market", "notifier",
+    "reputation", "require_broker", "settings", "sim_campaign", "sim_serve", "triage_chain",
+]
 
 
 @functools.cache
@@ -58,6 +62,33 @@ def reputation(s: Settings | None = None) -> ReputationStore:
     from app.reputation import ReputationStore
 
     return ReputationStore(engine(s))
+
+
+def jobs(s: Settings | None = None) -> JobStore:
+    """Submitted jobs and their phase."""
+    from app.jobs import JobStore
+
+    return JobStore(engine(s))
+
+
+def require_broker(s: Settings | None = None) -> None:
+    """Raise ServiceUnavailable (one line, with the fix) when the broker cannot be reached."""
+    from app.errors import ServiceUnavailable
+    from app.stack import broker_reachable
+
+    s = s or settings()
+    if not broker_reachable(s.broker_url):
+        raise ServiceUnavailable(
+            f"the broker is unreachable at {s.broker_url}; submitting enqueues work for the fleet. "
+            "Fix: start it with `tuneharness up` (or point TUNEHARNESS_BROKER_URL at a running Redis)"
+        )
+
+
+def enqueue_job(job_id: str) -> None:
+    """Hand a submitted job to the fleet: its id goes on the provision queue."""
+    from workers.celery_app import app as celery_app
+
+    celery_app.send_task("tuneharness.provision.accept_job", args=[job_id], queue="provision")
 
 
 def budget(s: Settings | None = None) -> Budget:

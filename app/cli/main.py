@@ -16,6 +16,7 @@ from app.cli import (
     doctor_cmd,
     gate_cmd,
     hosts_cmd,
+    jobs_cmd,
     ledger_cmd,
     market_cmd,
     sim_cmd,
@@ -43,6 +44,7 @@ cli.add_typer(triage_cmd.app, name="triage")
 cli.add_typer(hosts_cmd.app, name="hosts")
 stack_cmd.register(cli)
 doctor_cmd.register(cli)
+jobs_cmd.register(cli)
 
 
 def run() -> None:
