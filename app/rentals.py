@@ -80,6 +80,7 @@ class RentalRow(SQLModel, table=True):
     idle_since: float | None = None
     last_gpu_util: float | None = None
     offer_json: str = "{}"
+    spec_json: str = "{}"  # the launch spec: image, disk, env, onstart, public key (never a secret)
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,9 +178,17 @@ class Rentals:
         return offer_from_json(str(text))
 
     # -- the create protocol ----------------------------------------------------------------
+    def spec_of(self, rental_id: str) -> LaunchSpec:
+        with read_connection(self.engine) as conn:
+            text = conn.execute(select(_T.c.spec_json).where(_T.c.id == rental_id)).scalar_one()
+        raw = json.loads(str(text))
+        return LaunchSpec(image=raw["image"], disk_gb=raw["disk_gb"], label=raw.get("label", ""),
+                          ssh_public_key=raw["ssh_public_key"], env=raw.get("env", {}),
+                          onstart=raw.get("onstart", ""))
+
     def plan(
         self, *, job: str, attempt: int, offer: Offer, disk_gb: float, ttl_s: float, now: float,
-        reserve_usd: float, budget_name: str,
+        reserve_usd: float, budget_name: str, spec: LaunchSpec | None = None,
     ) -> Rental:
         """Steps 1 and 2: reserve, then write the intent. Idempotent per (job, attempt)."""
         rental_id = f"{job}:{attempt}"
@@ -198,25 +207,36 @@ class Rentals:
                     rate_usd_per_hour=offer.dph_total, disk_gb=disk_gb,
                     storage_per_gb_month=offer.storage_per_gb_month, reservation_id=reservation.id,
                     state="intent", created_at=now, kill_at=now + ttl_s, offer_json=_offer_json(offer),
+                    spec_json=json.dumps({} if spec is None else {
+                        "image": spec.image, "disk_gb": spec.disk_gb, "env": dict(spec.env),
+                        "onstart": spec.onstart, "ssh_public_key": spec.ssh_public_key}, sort_keys=True),
                 ))
         got = self.get(rental_id)
         assert got is not None
         return got
 
     def execute(
-        self, rental_id: str, *, market: Market, spec: LaunchSpec, now: float,
+        self, rental_id: str, *, market: Market, spec: LaunchSpec | None = None, now: float,
         fault: FaultHook = _no_fault,
     ) -> Rental:
-        """Steps 3 and 4: create at the provider (or adopt what a crashed try created), record it."""
+        """Steps 3 and 4: create at the provider (or adopt what a crashed try created), record it.
+
+        Exit trap: if anything fails after the provider accepted the create and before the
+        rental is recorded, the new instance is stopped before the error propagates.
+        """
         rental = self.get(rental_id)
         if rental is None:
             raise UserError(f"no planned rental {rental_id!r}")
+        spec = spec or self.spec_of(rental_id)
         fault("after_reservation")
         if rental.instance_id is not None or rental.state != "intent":
             return rental
         found = [i for i in market.list_instances(rental.label) if i.label == rental.label]
+        state_now = "active"
         if found:
             instance_id, adopted = found[0].instance_id, True
+            if found[0].state in ("stopped", "exited"):
+                state_now = "stopped"
         else:
             offer = self.offer_of(rental_id)
             instance_id = market.create(offer, LaunchSpec(
@@ -225,16 +245,36 @@ class Rentals:
                 env={**spec.env, "TUNEHARNESS_KILL_AT": str(int(rental.kill_at))}, onstart=spec.onstart,
             ))
             adopted = False
-        fault("after_provider_accepted")
-        return self._accept(rental, instance_id, now=now, adopted=adopted, fault=fault)
+        try:
+            fault("after_provider_accepted")
+            return self._accept(rental, instance_id, now=now, adopted=adopted, fault=fault, state=state_now)
+        except Exception:
+            current = self.get(rental_id)
+            if current is None or current.instance_id is None:
+                self._trap_stop(market, rental, instance_id)
+            raise
+
+    def _trap_stop(self, market: Market, rental: Rental, instance_id: str) -> None:
+        """Stop an instance whose create could not be recorded; the reconciler adopts it later."""
+        try:
+            market.stop(instance_id)
+        except Exception:  # the reconciler is the backstop
+            return
+        self.ledger.append(Event(
+            kind="instance_stopped", job=rental.job, instance=instance_id, provider=rental.provider,
+            machine=rental.machine_id, rate_usd_per_hour=rental.rate_usd_per_hour,
+            reason="exit trap: create failed before hand-over",
+            payload={"label": rental.label}, idempotency_key=f"trap:{rental.id}:{instance_id}",
+        ))
 
     def _accept(self, rental: Rental, instance_id: str, *, now: float, adopted: bool,
-                fault: FaultHook = _no_fault) -> Rental:
+                fault: FaultHook = _no_fault, state: str = "active") -> Rental:
         with write_transaction(self.engine, lock=f"tuneharness.rental.{rental.id}") as conn:
             current = conn.execute(select(_T).where(_T.c.id == rental.id)).first()
             if current is not None and current.instance_id is None:
                 conn.execute(_T.update().where(_T.c.id == rental.id).values(
-                    instance_id=instance_id, state="active", accepted_at=now))
+                    instance_id=instance_id, state=state, accepted_at=now,
+                    stopped_at=now if state == "stopped" else None))
                 self.ledger.append(Event(
                     kind="instance_created", job=rental.job, instance=instance_id,
                     provider=rental.provider, machine=rental.machine_id,
@@ -248,6 +288,17 @@ class Rentals:
         got = self.get(rental.id)
         assert got is not None
         return got
+
+    def abandon(self, rental_id: str, *, reason: str, now: float) -> bool:
+        """The create never happened (offer gone, provider refused): release the reservation."""
+        rental = self.get(rental_id)
+        if rental is None or rental.instance_id is not None:
+            return False
+        moved = self.transition(rental_id, to="abandoned", from_states=("intent",), kind="create_abandoned",
+                                reason=reason, now=now)
+        if moved and rental.reservation_id:
+            self.budget.release(rental.reservation_id, reason=f"create abandoned: {reason}")
+        return moved
 
     def adopt(self, rental_id: str, instance_id: str, *, now: float) -> Rental:
         """The reconciler found the instance a crashed create left behind: record it."""

@@ -154,6 +154,8 @@ def reconcile(
         if parse_label(item.label) is None:
             continue  # not ours
         if item.label in intents:
+            if now - intents[item.label].created_at < orphan_grace_s:
+                continue  # a create still in flight: its own task records it
             actions.append(Adopt(intents[item.label].rental_id, item.instance_id,
                                  f"label {item.label} matches a create intent without an instance id"))
             continue

@@ -162,8 +162,16 @@ def sweep_reconcile(
         for action in reconcile(known=known, listed=listed, listing_complete=complete, now=now,
                                 orphan_grace_s=orphan_grace_s):
             if isinstance(action, Adopt):
+                # A create crashed after the provider accepted it: record the instance, then
+                # stop it, since nothing is driving it (the job restarts it when it resumes).
                 rentals.adopt(action.rental_id, action.instance_id, now=now)
                 report.adopted.append(action.instance_id)
+                try:
+                    if rentals.stop(action.rental_id, market=market, reason="crashed create",
+                                    kind="instance_stopped", now=now, evidence={"evidence": action.evidence}):
+                        report.stopped.append(action.instance_id)
+                except MarketError as exc:
+                    report.errors.append(f"{action.instance_id}: {exc}")
             elif isinstance(action, StopOrphan):
                 try:
                     market.stop(action.instance_id)

@@ -46,8 +46,10 @@ def test_a_create_that_crashes_at_any_step_is_retried_without_a_second_create(
     with pytest.raises(Crash):
         rentals.execute(plan.id, market=market, spec=SPEC, now=clock.now(), fault=crash_at)
     done = rentals.execute(plan.id, market=market, spec=SPEC, now=clock.now())
-    assert done.state == "active"
-    assert len(market.list_instances("th-")) == 1
+    (inst,) = market.list_instances("th-")
+    # A failure between the provider's accept and the record trips the exit trap: stopped.
+    expected = "stopped" if step == "after_provider_accepted" else "active"
+    assert done.state == expected and (inst.state == "stopped") == (expected == "stopped")
     assert [e.kind for e in rentals.ledger.rows(job="j")].count("instance_created") == 1
     assert [e.kind for e in rentals.ledger.rows(job="j")].count("budget_reserved") == 1
 
@@ -79,3 +81,27 @@ def test_destroy_settles_the_reservation_with_what_was_billed(rentals: Rentals, 
     status = {s.name: s for s in rentals.budget.status()}["default"]
     assert status.reserved_usd == 0.0
     assert status.spent_usd == pytest.approx(0.101 + 0.15 * 10 / 720, rel=1e-6)
+
+
+def test_exit_trap_stops_an_instance_whose_create_could_not_be_recorded(
+    rentals: Rentals, clock: VirtualClock
+) -> None:
+    """A failure after the provider accepted stops the new instance before the error propagates."""
+    market = make_market([host(1)], clock)
+    offer = market.search_offers(OfferQuery(limit=0))[0]
+    plan = rentals.plan(job="j", attempt=1, offer=offer, disk_gb=10, ttl_s=3600, now=clock.now(),
+                        reserve_usd=1.0, budget_name="default", spec=SPEC)
+
+    def boom(step: str) -> None:
+        if step == "after_provider_accepted":
+            raise RuntimeError("database went away")
+
+    with pytest.raises(RuntimeError):
+        rentals.execute(plan.id, market=market, now=clock.now(), fault=boom)
+    (inst,) = market.list_instances("th-")
+    assert inst.state == "stopped"
+    assert [e.reason for e in rentals.ledger.rows(kind="instance_stopped")] == [
+        "exit trap: create failed before hand-over"]
+    # The retry adopts the stopped instance: still one create.
+    done = rentals.execute(plan.id, market=market, now=clock.now())
+    assert done.instance_id == inst.instance_id and done.state == "stopped"

@@ -114,9 +114,13 @@ def test_a_crashed_create_is_adopted_by_the_reconciler(rentals: Rentals, clock: 
     plan = rentals.plan(job="j", attempt=1, offer=offer, disk_gb=10, ttl_s=3600, now=clock.now(),
                         reserve_usd=1.0, budget_name="default")
     iid = market.create(offer, LaunchSpec(image="x", disk_gb=10, label=plan.label, ssh_public_key="k"))
-    report = sweep_reconcile(rentals, {"sim": market}, now=clock.now(), orphan_grace_s=240)
-    assert report.adopted == [iid]
-    assert rentals.get(plan.id).instance_id == iid  # type: ignore[union-attr]
+    early = sweep_reconcile(rentals, {"sim": market}, now=clock.now() + 10, orphan_grace_s=240)
+    assert early.adopted == [] and early.stopped == []  # its own create may still record it
+    report = sweep_reconcile(rentals, {"sim": market}, now=clock.now() + 241, orphan_grace_s=240)
+    assert report.adopted == [iid] and report.stopped == [iid]
+    adopted = rentals.get(plan.id)
+    assert adopted is not None and adopted.instance_id == iid and adopted.state == "stopped"
+    assert market.status(iid).state == "stopped"
 
 
 def test_two_of_each_sweep_at_once_over_twenty_instances_stop_each_once(
