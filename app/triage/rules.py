@@ -232,6 +232,9 @@ _rule("oom-killer", "oom", 98, ("oom-kill", "out of memory: kill", "oom_reaper",
 _rule("cpu-alloc", "oom", 97, ("defaultcpuallocator", "cannot allocate memory", "can't allocate memory", "std::bad_alloc", "memoryerror", "not enough memory"),
       r"DefaultCPUAllocator: (?:not enough memory|can't allocate memory)|\bMemoryError\b"
       r"|Cannot allocate memory|std::bad_alloc|RESOURCE_EXHAUSTED.{0,40}memory")
+_rule("shm-oom", "oom", 85, ("shared memory", "(shm)", "exited unexpectedly", "enough gpu ram", "dispatched on the cpu"),
+      r"insufficient shared memory|bus error encountered in worker|DataLoader worker \(pid\(?s?\)? [\d, ]+\) (?:is killed|exited unexpectedly)"
+      r"|enough GPU RAM to fit|modules are dispatched on the CPU or the disk", confidence=0.85)
 _rule("bnb-oom", "oom", 96, ("cudamalloc", "cublas_status_alloc_failed", "alloc_failed"),
       r"cudaMalloc(?:Async)? (?:failed|retries)|CUBLAS_STATUS_ALLOC_FAILED|CUDNN_STATUS_ALLOC_FAILED")
 _rule("oom-recovered", "oom", 70, ("attempting to recover", "skipping batch"),
@@ -239,21 +242,24 @@ _rule("oom-recovered", "oom", 70, ("attempting to recover", "skipping batch"),
       confidence=0.7)
 _rule("generic-oom", "oom", 80, ("out of memory", "oom"),
       r"\bout of memory\b|\bOOM(?:ed)?\b(?! *[:=] *0)", confidence=0.85)
-_rule("sigkill", "oom", 60, ("sigkill", "-9 (pid", "exitcode: -9", "code -9", "code: -9", "status -9", "137", "killed"),
-      r"Signals\.SIGKILL|Signal 9 \(SIGKILL\)|exit ?code:? ?-9\b|exitcode\s*:\s*-9\b"
+_rule("sigkill", "oom", 60, ("sigkill", "-9 (pid", "exitcode: -9", "code -9", "code: -9", "code = -9", "status -9", "137", "killed"),
+      r"Signals\.SIGKILL|Signal 9 \(SIGKILL\)|exit ?code:? ?-9\b|exitcode\s*:\s*-9\b|return code = -9\b"
+      r"|killed by signal: Killed"
       r"|exit status (?:-9|137)\b|exit code 137\b|^(?:\S*: line \d+: +\d+ )?Killed\b",
       confidence=0.8)
 
 # --- diverged: NaN/inf loss or grad norm, loss-scale underflow, exploding loss ---------------
-_rule("nan-loss", "diverged", 94, ("nan", " inf", ":inf", "'inf", "=inf", "-inf", "+inf"),
-      r"""\b(?:lm |train(?:ing)?[ _]|eval[ _]|val(?:idation)?[ _])?loss['"]?\s*[:=]?\s*['"]?[-+]?(?:nan|inf(?:inity)?)\b""")
-_rule("nan-grad-norm", "diverged", 60, ("nan", " inf", ":inf", "'inf", "=inf", "-inf", "+inf"),
+_INF_NEEDLES = ("nan", ": inf", "=inf", "= inf", "loss inf", "norm inf", "-inf", "+inf", "infinity")
+_rule("nan-loss", "diverged", 94, _INF_NEEDLES,
+      r"""loss['"]?\s*[:=]?\s*['"]?[-+]?(?:nan|inf(?:inity)?)\b""")
+_rule("nan-grad-norm", "diverged", 60, _INF_NEEDLES,
       r"""\bgrad[ _]norm['"]?\s*[:=]?\s*['"]?[-+]?(?:nan|inf(?:inity)?)\b""", confidence=0.8)
-_rule("loss-is-nan", "diverged", 95, ("nan", "non-finite", "not finite", "infinite", "loss is", "loss became", "loss has become", "detected inf", "inf loss", "inf gradient"),
+_rule("loss-is-nan", "diverged", 95, ("nan", "non-finite", "not finite", "infinite", "loss is", "loss became", "loss has become", "detected inf", "inf loss", "inf gradient", "norm is inf", "norm was inf", "norm became inf"),
       r"loss (?:is|became|has become|returned[^.\n]{0,40}is) (?:nan|inf|non-finite|infinite)"
       r"|non-finite (?:loss|gradient|grad norm|values?)|is not finite|returned nan values"
       r"|found NaN in local grad norm|NaN or Inf found in input tensor|detected (?:inf|nan)"
-      r"|(?:nan|inf) (?:loss|gradients?) detected|loss contains nan|Encountered nan")
+      r"|(?:nan|inf) (?:loss|gradients?) detected|loss contains nan|Encountered nan"
+      r"|grad(?:ient)?[ _]norm (?:is|was|became) (?:nan|inf)")
 _rule("min-loss-scale", "diverged", 96, ("loss scale", "loss_scale", "minimum loss scale"),
       r"Minimum loss scale reached|loss scale already at minimum|cannot decrease scale anymore"
       r"|loss[ _]scale (?:has )?(?:underflow|reached (?:the )?minimum|fell below|too small)")
@@ -275,14 +281,15 @@ _rule("illegal-access", "cuda_fault", 96, ("illegal", "misaligned", "unspecified
       r"illegal memory access|illegal instruction was encountered|misaligned address"
       r"|unspecified launch failure|CUDA_ERROR_ILLEGAL_ADDRESS|cudaErrorIllegalAddress"
       r"|the launch timed out and was terminated|cudaErrorLaunchFailure")
-_rule("driver-mismatch", "cuda_fault", 96, ("driver", "nvml", "compute capability", "sm_", "no kernel image", "forward compatibility"),
+_rule("driver-mismatch", "cuda_fault", 96, ("driver", "nvml", "compute capability", "sm_", "no kernel image", "forward compatibility", "error 802:", "error 803:", "error 804:", "nvidia-container-cli", "rminitadapter", "device handle"),
       r"driver version is insufficient|NVIDIA driver on your system is too old"
       r"|Driver/library version mismatch|Failed to initialize NVML|couldn't communicate with the NVIDIA driver"
       r"|no kernel image is available|forward compatibility was attempted"
       r"|unsupported display driver|CUDA capability sm_\d+ is not compatible"
       r"|not compatible with the current PyTorch installation|CUDA driver initialization failed"
       r"|Found no NVIDIA driver|cudaErrorInsufficientDriver|CUDA_ERROR_SYSTEM_DRIVER_MISMATCH"
-      r"|Error 80[34]:")
+      r"|Error 80[234]:|could not select device driver|nvidia-container-cli: .{0,80}error"
+      r"|RmInitAdapter failed|Unable to determine the device handle|compute capability of at least")
 _rule("no-device", "cuda_fault", 96, ("no cuda gpus", "cuda-capable", "no_device", "nodevice", "not compiled with cuda",
                                       "cudagetdevicecount", "cuda unknown error", "invalid device ordinal",
                                       "gpu is lost", "unavailable", "cuinit", "cuda initialization"),
@@ -295,27 +302,30 @@ _rule("no-device", "cuda_fault", 96, ("no cuda gpus", "cuda-capable", "no_device
 _rule("hw-unsupported", "cuda_fault", 93, ("ampere", "bf16", "bfloat16", "flashattention", "flash attention"),
       r"FlashAttention only supports Ampere GPUs or newer|Your setup doesn't support bf16"
       r"|bf16 \(?bfloat16\)? (?:is )?not supported|does not support bfloat16|requires (?:an )?Ampere")
-_rule("cuda-lib", "cuda_fault", 88, ("libcuda", "libcudart", "bitsandbytes", "cuda setup", "libbitsandbytes", "nvcc"),
+_rule("cuda-lib", "cuda_fault", 88, ("libcuda", "libcudart", "libcublas", "libnvrtc", "libcudnn", "bitsandbytes", "cuda setup", "libbitsandbytes", "nvcc", "cuda_home", "detected cuda version", "named symbol not found"),
       r"lib(?:cuda|cudart|cublas(?:Lt)?|nvrtc|cudnn)[\w.]*\.so[\d.]*: cannot open shared object file"
       r"|CUDA Setup failed|Could not find the bitsandbytes CUDA binary|libbitsandbytes_cuda\d+\S*\.so"
       r"|bitsandbytes was compiled without GPU support|CUDA SETUP: .{0,60}(?:not found|failed|Problem)"
       r"|nvcc fatal\s*:\s*Unsupported gpu architecture|CUDA_HOME does not exist"
-      r"|detected CUDA version \([\d.]+\) mismatches the version that was used to compile PyTorch",
-      confidence=0.9)
+      r"|detected CUDA version \([\d.]+\) mismatches the version that was used to compile PyTorch"
+      r"|Error named symbol not found at line \d+ in file",
+      soft=True, confidence=0.9)
 _rule("bnb-nogpu-warn", "cuda_fault", 40, ("compiled without gpu support", "setting accelerator to cpu"),
       r"compiled without GPU support|Setting accelerator to CPU", soft=True, confidence=0.6)
-_rule("cublas-fault", "cuda_fault", 85, ("cublas_status", "cudnn_status", "cuda error", "cudaerror", "cuda_error"),
-      r"CUBLAS_STATUS_(?:EXECUTION_FAILED|INTERNAL_ERROR|NOT_INITIALIZED|ARCH_MISMATCH)"
-      r"|CUDNN_STATUS_(?:EXECUTION_FAILED|INTERNAL_ERROR|NOT_INITIALIZED|ARCH_MISMATCH)"
+_rule("cublas-fault", "cuda_fault", 85, ("cublas_status", "cudnn_status", "cuda error", "cudaerror", "cuda_error", "deferredcudacallerror", "find an engine", "cudnn algorithm"),
+      r"CUBLAS_STATUS_(?:EXECUTION_FAILED|INTERNAL_ERROR|NOT_INITIALIZED|ARCH_MISMATCH|NOT_SUPPORTED)"
+      r"|CUDNN_STATUS_(?:EXECUTION_FAILED|INTERNAL_ERROR|NOT_INITIALIZED|ARCH_MISMATCH|MAPPING_ERROR|NOT_SUPPORTED)"
+      r"|unable to find an engine to execute this computation|Unable to find a valid cuDNN algorithm"
       r"|CUDA error: (?:unknown error|operation not permitted|an? \w+ error|initialization error"
       r"|operation not supported|uncorrectable|invalid argument|system not yet initialized)"
       r"|DeferredCudaCallError|cudaErrorUnknown|CUDA_ERROR_UNKNOWN|CUDA_ERROR_LAUNCH_FAILED",
       confidence=0.9)
 _rule("nccl-error", "cuda_fault", 84, ("nccl", "distbackenderror", "unhandled system error", "unhandled cuda error"),
       r"NCCL error(?: in)?|nccl(?:System|Internal|UnhandledCuda|Invalid\w*|RemoteError)Error?"
-      r"|NCCL WARN (?:Cuda failure|NET/IB\s*:\s*Got completion|Call to|.{0,40}(?:error|fail))"
+      r"|NCCL WARN (?:Cuda failure|NET/IB\s*:\s*Got completion|Call to)"
       r"|DistBackendError|NCCL communicator was aborted|unhandled (?:system|cuda) error",
       confidence=0.9)
+_rule("nccl-warn", "cuda_fault", 60, "nccl warn", r"NCCL WARN .{0,60}(?:error|fail)", soft=True, confidence=0.7)
 _rule("sigbus-gpu", "cuda_fault", 50, ("segmentation fault", "sigsegv", "core dumped"),
       r"Segmentation fault|SIGSEGV|Fatal Python error: Segmentation", confidence=0.55)
 
@@ -325,11 +335,13 @@ _rule("nccl-watchdog", "stalled", 92, ("watchdog", "timed out", "timeout", "hear
       r"|watchdog got stuck|Heartbeat monitor timed out|Timeout at NCCL work"
       r"|Some NCCL operations have failed or timed out|collective operation timeout"
       r"|NCCL (?:watchdog )?timeout|Timed out waiting \d+ ?ms for send operation")
-_rule("rendezvous", "stalled", 91, ("rendezvous", "timed out", "timeout", "clients joined", "socket"),
+_rule("rendezvous", "stalled", 91, ("rendezvous", "timed out", "timeout", "clients joined", "socket", "monitoredbarrier"),
       r"RendezvousTimeoutError|Rendezvous (?:timed out|timeout)|Timed out after \d+ seconds waiting for clients"
       r"|clients joined|The client socket has timed out|DistStoreError: .{0,60}[Tt]imed? ?out"
       r"|Socket Timeout|wait timeout after \d+ ?ms|timed out waiting for (?:the )?(?:store|barrier|peers|workers)"
-      r"|barrier timed out|monitoredBarrier", confidence=0.95)
+      r"|barrier timed out|monitoredBarrier|Timed out initializing process group"
+      r"|Timed out waiting \d+ ?ms for (?:send|recv|recv operation)|The server socket has timed out",
+      confidence=0.95)
 _rule("rendezvous-fail", "stalled", 75, ("rendezvous", "address already in use", "distnetworkerror"),
       r"RendezvousConnectionError|RendezvousClosedError|DistNetworkError"
       r"|failed to bind to .{0,40}Address already in use", confidence=0.85)
@@ -346,24 +358,26 @@ _rule("write-failed", "io_error", 95, ("file write failed", "unexpected pos", "r
 _rule("ckpt-save-failed", "io_error", 85, ("checkpoint", "save"),
       r"(?:failed|unable|could not) to (?:save|write) (?:the )?(?:checkpoint|model|state|adapter)"
       r"|checkpoint (?:save|write|upload) failed|Error saving checkpoint", confidence=0.9)
-_rule("network", "io_error", 90, ("connect", "timed out", "timeout", "name resolution", "getaddrinfo", "max retries", "ssl", "unreachable", "resolve", "reset by peer", "incompleteread", "broken pipe"),
+_rule("network", "io_error", 90, ("connect", "payload", "commerror", "run initialization", "timed out", "timeout", "name resolution", "getaddrinfo", "max retries", "ssl", "unreachable", "resolve", "reset by peer", "incompleteread", "broken pipe"),
       r"ConnectionError|ConnectTimeout|ConnectTimeoutError|ReadTimeout(?:Error)?|Read timed out"
       r"|Max retries exceeded|Failed to establish a new connection|Connection refused"
       r"|Connection (?:reset|aborted|broken)|reset by peer|IncompleteRead|RemoteDisconnected"
       r"|Temporary failure in name resolution|Name or service not known|getaddrinfo failed"
       r"|Could not resolve host|Network is unreachable|No route to host|SSLError|SSL: CERTIFICATE"
       r"|ChunkedEncodingError|ProtocolError|httpx\.(?:ConnectError|ReadError|RemoteProtocolError)"
-      r"|aiohttp\.client_exceptions|EndpointConnectionError|couldn't connect to 'https?://",
+      r"|aiohttp\.client_exceptions|EndpointConnectionError|couldn't connect to 'https?://"
+      r"|Connection timed out|Response payload is not completed|CommError|Run initialization has timed out",
       soft=True, confidence=0.95)
 _rule("http-error", "io_error", 88, ("server error", "client error", "hfhubhttperror", "httperror", "too many requests", "gateway", "service unavailable", "gatedrepoerror", "unauthorized", "forbidden"),
       r"\b5\d\d Server Error|\b429 Client Error|Too Many Requests|HfHubHTTPError|\bHTTPError\b"
       r"|Bad Gateway|Gateway Time-?out|Service Unavailable|GatedRepoError|Cannot access gated repo"
       r"|40[13] Client Error|Unauthorized for url|Access to model .{0,60} is restricted",
       soft=True, confidence=0.92)
-_rule("offline-cache", "io_error", 87, ("localentrynotfounderror", "outgoing traffic has been disabled", "consistency check failed", "cdn-lfs", "download"),
+_rule("offline-cache", "io_error", 87, ("localentrynotfounderror", "outgoing traffic has been disabled", "consistency check failed", "download", "headertoolarge", "metadataincompletebuffer", "incomplete", "pytorchstreamreader", "invalid load key"),
       r"LocalEntryNotFoundError|outgoing traffic has been disabled|Consistency check failed"
       r"|download(?:ing)? (?:failed|error|interrupted|incomplete)|failed to download"
-      r"|HeaderTooLarge|incomplete (?:download|file)", confidence=0.9)
+      r"|HeaderTooLarge|MetadataIncompleteBuffer|incomplete (?:download|file)"
+      r"|PytorchStreamReader failed reading zip archive|invalid load key", confidence=0.9)
 _rule("s3", "io_error", 86, ("botocore", "s3", "nosuchbucket", "slowdown"),
       r"botocore\.exceptions\.\w+|S3UploadFailedError|upload failed|NoSuchBucket|SlowDown",
       soft=True, confidence=0.85)
@@ -403,11 +417,14 @@ _rule("dataset", "data_error", 94, ("datasetgeneration", "arrowinvalid", "arrowt
       r"|dataset (?:is )?empty|empty dataset|num_samples=0|Dataset .{0,40}not found"
       r"|Invalid dataset|Please check the dataset format|unhandled prompt tokenization strategy"
       r"|Failed to load dataset|datasets\.exceptions\.\w+|ExpectedMoreSplits|SplitsNotFoundError"
-      r"|NonMatchingSplitsSizesError|doesn't match the expected schema|schema mismatch|KeyError: '(?:text|input|output|instruction|messages|conversations|label|labels|prompt|response|chosen|rejected|content|role|from|value)'")
-_rule("batch-shape", "data_error", 90, ("batch_size", "did not return a loss", "target size", "labels"),
+      r"|NonMatchingSplitsSizesError|doesn't match the expected schema|schema mismatch|KeyError: '(?:text|input|output|instruction|messages|conversations|label|labels|prompt|response|chosen|rejected|content|role|from|value|input_ids|attention_mask)'")
+_rule("batch-shape", "data_error", 90, ("batch_size", "did not return a loss", "target size", "labels", "target", "supply an encoding", "batch received was empty", "same device", "cannot be multiplied", "expected scalar type", "unscale fp16", "purely quantized"),
       r"Expected input batch_size \(\d+\) to match target batch_size|did not return a loss from the inputs"
       r"|Target size \(.{0,40}\) must be the same as input size|labels? .{0,30}out of (?:range|bounds)"
-      r"|Target \d+ is out of bounds", confidence=0.95)
+      r"|Target \d+ is out of bounds|You should supply an encoding or a list of encodings"
+      r"|The batch received was empty|Expected all tensors to be on the same device"
+      r"|shapes cannot be multiplied|expected scalar type \w+ but found|Attempting to unscale FP16 gradients"
+      r"|cannot perform fine-tuning on purely quantized models", confidence=0.92)
 _rule("config", "data_error", 90, ("validationerror", "yaml.", "scannererror", "parsererror", "unexpected keyword argument",
                                    "not found in the base model", "please specify", "not a valid model identifier",
                                    "unrecognized", "size mismatch for", "loading state_dict", "missing key(s)",
@@ -448,6 +465,7 @@ _rule("completed", "completed", 50,
       r"|final (?:model|adapter) saved|status: completed|z finished step=\d+",
       confidence=0.95)
 
+_ALL_NEEDLES: tuple[str, ...] = tuple(dict.fromkeys(n for r in _RULES for n in r.needles))
 _FATAL_FLOOR = 55  # hits at or above this weight are terminal failures (unless progress followed a soft one)
 
 _GENERIC_WRAPPERS = re.compile(r"ChildFailedError|CalledProcessError|exitcode\s*:\s*1\b")
@@ -466,9 +484,8 @@ _PROGRESS = re.compile(
 )
 _GRAD_NORM_VALUE = re.compile(r"""\bgrad[ _]norm['"]?\s*[:=]?\s*['"]?([-+]?(?:nan|inf(?:inity)?|[\d.]+(?:e[-+]?\d+)?))""")
 _LOSS_VALUE = re.compile(
-    r"""(?:['"]loss['"]\s*:\s*|\b(?:train |lm )?loss\s*[=:]?\s*)([-+]?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?)""",
-    re.IGNORECASE,
-)
+    r"""(?:['"]loss['"]\s*:\s*|\bloss\s*[=:]?\s*)([-+]?\d+(?:\.\d+)?(?:e[-+]?\d+)?)"""
+)  # searched in lowercased text
 
 
 @dataclass(frozen=True, slots=True)
@@ -478,17 +495,23 @@ class _Hit:
     line: str
 
 
-def _search(rule: _Rule, low: str) -> re.Match[str] | None:
+def _needle_positions(low: str) -> dict[str, int]:
+    """First position of every distinct needle present in the text (one scan per needle)."""
+    found: dict[str, int] = {}
+    for needle in _ALL_NEEDLES:
+        i = low.find(needle)
+        if i >= 0:
+            found[needle] = i
+    return found
+
+
+def _search(rule: _Rule, low: str, positions: dict[str, int]) -> re.Match[str] | None:
     """The first match of a rule, or None; the regex runs only when one of its needles is present.
 
-    Every alternative of a rule's pattern contains one of its needles, so the search starts at
-    the line of the first needle found.
+    Every alternative of a rule's pattern contains one of its needles (a unit test checks this
+    on the corpus), so the search starts at the line of the first needle found.
     """
-    first = -1
-    for needle in rule.needles:
-        i = low.find(needle)
-        if i >= 0 and (first < 0 or i < first):
-            first = i
+    first = min((positions[n] for n in rule.needles if n in positions), default=-1)
     if first < 0:
         return None
     start = low.rfind("\n", 0, first) + 1
@@ -529,12 +552,12 @@ def _last_progress(text: str, low: str) -> tuple[int, str]:
     return -1, ""
 
 
-def _exploding(text: str) -> str | None:
+def _exploding(text: str, low: str) -> str | None:
     """Evidence of an exploding (finite but huge) loss in the last logged values, or None."""
-    values: list[tuple[float, int]] = []
-    window = text[-4096:]
-    if "loss" not in window.lower():
+    window = low[-4096:]
+    if window.count("loss") < 3:
         return None
+    values: list[tuple[float, int]] = []
     for m in _LOSS_VALUE.finditer(window):
         try:
             values.append((float(m.group(1)), m.start()))
@@ -546,7 +569,7 @@ def _exploding(text: str) -> str | None:
     last, pos = values[-1]
     floor = min(v for v, _ in values)
     if last >= 1e3 and last >= 20 * max(floor, 1e-3):
-        return _line_at(window, pos)
+        return _line_at(text, len(low) - len(window) + pos)
     return None
 
 
@@ -570,8 +593,9 @@ def classify(
     idle_evidence = f"log idle for {idle:.0f}s (stall threshold {stall_after_s:.0f}s)" if idle is not None else ""
 
     hits: list[_Hit] = []
+    positions = _needle_positions(low)
     for rule in _RULES:
-        m = _search(rule, low)
+        m = _search(rule, low, positions)
         if m is None:
             continue
         hits.append(_Hit(rule, m.start(), _line_at(text, m.start())))
@@ -605,7 +629,7 @@ def classify(
         best = max(fatal, key=lambda h: (h.rule.weight, h.pos))
         return verdict(best)
 
-    boom = _exploding(text)
+    boom = _exploding(text, low)
     if boom is not None:
         return Verdict("diverged", 0.8, (boom,), "loss-exploding", "diverged")
 
