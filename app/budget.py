@@ -9,8 +9,9 @@ Each reservation, release and settlement is also a ledger event in the same tran
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from sqlalchemy import Engine, func, select
 from sqlmodel import Field, SQLModel
@@ -26,11 +27,31 @@ _EPSILON_USD = 1e-9
 HELD, SETTLED, RELEASED = "held", "settled", "released"
 
 
+PERIODS = ("total", "day", "week", "month")
+UNITS = ("usd", "gpu_minutes")
+# Conventional names: a cap with one of these names counts only its current period.
+PERIOD_OF_NAME = {"day": "day", "week": "week", "month": "month", "gpu-minutes-day": "day"}
+
+
+def period_start(period: str, now: float) -> float:
+    """Start of the UTC day, ISO week (Monday) or month containing `now`; 0 for 'total'."""
+    if period == "total":
+        return 0.0
+    t = datetime.fromtimestamp(now, UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+    if period == "week":
+        t -= timedelta(days=t.weekday())
+    elif period == "month":
+        t = t.replace(day=1)
+    return t.timestamp()
+
+
 class BudgetCap(SQLModel, table=True):
     __tablename__ = "budget_caps"
 
     name: str = Field(primary_key=True)
-    cap_usd: float
+    cap_usd: float  # the cap, in `unit` (dollars unless unit is gpu_minutes)
+    unit: str = "usd"
+    period: str = "total"
     updated_at: str
 
 
@@ -44,6 +65,7 @@ class ReservationRow(SQLModel, table=True):
     state: str = Field(index=True)
     idempotency_key: str = Field(unique=True)
     created_at: str
+    created_ts: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +83,8 @@ class BudgetStatus:
     cap_usd: float
     reserved_usd: float
     spent_usd: float
+    unit: str = "usd"
+    period: str = "total"
 
     @property
     def left_usd(self) -> float:
@@ -86,66 +110,122 @@ class Budget:
         self.engine = engine
         self.ledger = ledger or Ledger(engine)
 
-    def set_cap(self, name: str, cap_usd: float, *, reason: str = "operator") -> None:
-        """Create or change a cap: an explicit edit, recorded in the ledger."""
+    def set_cap(self, name: str, cap_usd: float, *, reason: str = "operator", unit: str | None = None,
+                period: str | None = None) -> None:
+        """Create or change a cap: an explicit edit, recorded in the ledger.
+
+        `day`, `week` and `month` count only their current UTC period; `gpu-minutes-day` counts
+        GPU minutes per day. Any other name is a total cap (e.g. one per job).
+        """
         if cap_usd < 0:
-            raise UserError(f"budget cap must be >= 0, got {cap_usd}. Fix: pass --cap-usd with a non-negative amount")
+            raise UserError(f"budget cap must be >= 0, got {cap_usd}. Fix: pass a non-negative cap")
+        unit = unit or ("gpu_minutes" if name.startswith("gpu-minutes") else "usd")
+        period = period or PERIOD_OF_NAME.get(name, "total")
+        if unit not in UNITS or period not in PERIODS:
+            raise UserError(f"budget {name}: unit must be one of {UNITS} and period one of {PERIODS}")
         with write_transaction(self.engine, lock=_lock_name(name)) as conn:
             row = conn.execute(select(_CAPS).where(_CAPS.c.name == name)).first()
+            values = {"cap_usd": cap_usd, "unit": unit, "period": period, "updated_at": _now()}
             if row is None:
-                conn.execute(_CAPS.insert().values(name=name, cap_usd=cap_usd, updated_at=_now()))
+                conn.execute(_CAPS.insert().values(name=name, **values))
             else:
-                conn.execute(_CAPS.update().where(_CAPS.c.name == name).values(cap_usd=cap_usd, updated_at=_now()))
+                conn.execute(_CAPS.update().where(_CAPS.c.name == name).values(**values))
             self.ledger.append(
-                Event(kind="budget_cap_set", amount_usd=cap_usd, reason=reason, payload={"budget": name}),
+                Event(kind="budget_cap_set", amount_usd=cap_usd if unit == "usd" else None, reason=reason,
+                      payload={"budget": name, "cap": cap_usd, "unit": unit, "period": period,
+                               "previous": None if row is None else row.cap_usd}),
                 conn=conn,
             )
 
+    def caps(self) -> list[str]:
+        with read_connection(self.engine) as conn:
+            return [str(n) for n in conn.execute(select(_CAPS.c.name).order_by(_CAPS.c.name)).scalars()]
+
     def reserve(
-        self, name: str, amount_usd: float, *, job: str | None = None, idempotency_key: str | None = None
+        self, name: str, amount_usd: float, *, job: str | None = None, idempotency_key: str | None = None,
+        now: float | None = None,
     ) -> Reservation:
         """Reserve `amount_usd` against `name`, or raise BudgetExceeded having reserved nothing."""
-        if amount_usd < 0:
-            raise ValueError("a reservation must be >= 0 dollars")
-        key = idempotency_key or f"reserve:{uuid.uuid4()}"
-        with write_transaction(self.engine, lock=_lock_name(name)) as conn:
-            cap_q = select(_CAPS.c.cap_usd).where(_CAPS.c.name == name)
-            if is_postgres(self.engine):
-                cap_q = cap_q.with_for_update()
-            cap = conn.execute(cap_q).scalar()
-            if cap is None:
-                raise UserError(f"no budget named {name!r}. Fix: tuneharness budget set {name} --cap-usd N")
-            done = conn.execute(select(_RES).where(_RES.c.idempotency_key == key)).first()
-            if done is not None:
-                return Reservation(done.id, done.budget, done.job, done.amount_usd, done.state)
-            committed = conn.execute(
-                select(func.coalesce(func.sum(_RES.c.amount_usd), 0.0)).where(
-                    _RES.c.budget == name, _RES.c.state.in_([HELD, SETTLED])
-                )
-            ).scalar_one()
-            if committed + amount_usd > cap + _EPSILON_USD:
-                refusal = BudgetExceeded(name, float(cap), float(committed), amount_usd)
-            else:
-                refusal = None
-                rid = f"res-{uuid.uuid4().hex[:12]}"
-                conn.execute(
-                    _RES.insert().values(
-                        id=rid, budget=name, job=job, amount_usd=amount_usd, state=HELD,
-                        idempotency_key=key, created_at=_now(),
-                    )
-                )
-                self.ledger.append(
-                    Event(kind="budget_reserved", job=job, amount_usd=amount_usd, reason="reserve before spend",
-                          payload={"budget": name, "reservation": rid}, idempotency_key=key),
-                    conn=conn,
-                )
+        return self.reserve_many([(name, amount_usd)], job=job, idempotency_key=idempotency_key, now=now)[0]
+
+    def reserve_many(
+        self, items: Sequence[tuple[str, float]], *, job: str | None = None,
+        idempotency_key: str | None = None, now: float | None = None,
+    ) -> list[Reservation]:
+        """Reserve against several caps at once (e.g. the job's, the day's, GPU minutes): all or none.
+
+        Each item is (cap name, amount in that cap's unit). Caps are locked in name order.
+        """
+        if any(amount < 0 for _, amount in items):
+            raise ValueError("a reservation must be >= 0")
+        now_ts = datetime.now(UTC).timestamp() if now is None else now
+        base_key = idempotency_key or f"reserve:{uuid.uuid4()}"
+        names = sorted({n for n, _ in items})
+        refusal: BudgetExceeded | None = None
+        made: list[Reservation] = []
+        try:
+            made = self._reserve_locked(items, names, job=job, base_key=base_key, now_ts=now_ts)
+        except BudgetExceeded as exc:  # the transaction rolled back: nothing was reserved
+            refusal = exc
         if refusal is not None:
             self.ledger.append(
-                Event(kind="budget_refused", job=job, amount_usd=amount_usd, reason=str(refusal),
-                      payload={"budget": name, "committed_usd": refusal.committed_usd, "cap_usd": refusal.cap_usd})
+                Event(kind="budget_refused", job=job, amount_usd=refusal.asked_usd, reason=str(refusal),
+                      payload={"budget": refusal.budget, "committed": refusal.committed_usd, "cap": refusal.cap_usd})
             )
             raise refusal
-        return Reservation(rid, name, job, amount_usd, HELD)
+        return made
+
+    def _reserve_locked(
+        self, items: Sequence[tuple[str, float]], names: list[str], *, job: str | None, base_key: str,
+        now_ts: float,
+    ) -> list[Reservation]:
+        made: list[Reservation] = []
+        with write_transaction(self.engine, lock=_lock_name(",".join(names))) as conn:
+            caps = {}
+            for n in names:
+                q = select(_CAPS).where(_CAPS.c.name == n)
+                if is_postgres(self.engine):
+                    q = q.with_for_update()
+                row = conn.execute(q).first()
+                if row is None:
+                    raise UserError(f"no budget named {n!r}. Fix: tuneharness budget set {n} --cap-usd N")
+                caps[n] = row
+            for n, amount in items:
+                key = base_key if len(items) == 1 else f"{base_key}:{n}"
+                done = conn.execute(select(_RES).where(_RES.c.idempotency_key == key)).first()
+                if done is not None:
+                    made.append(Reservation(done.id, done.budget, done.job, done.amount_usd, done.state))
+                    continue
+                cap = caps[n]
+                committed = conn.execute(
+                    select(func.coalesce(func.sum(_RES.c.amount_usd), 0.0)).where(
+                        _RES.c.budget == n, _RES.c.state.in_([HELD, SETTLED]),
+                        _RES.c.created_ts >= period_start(cap.period, now_ts),
+                    )
+                ).scalar_one()
+                if committed + amount > cap.cap_usd + _EPSILON_USD:
+                    raise BudgetExceeded(n, float(cap.cap_usd), float(committed), amount)
+                rid = f"res-{uuid.uuid4().hex[:12]}"
+                conn.execute(_RES.insert().values(
+                    id=rid, budget=n, job=job, amount_usd=amount, state=HELD, idempotency_key=key,
+                    created_at=_now(), created_ts=now_ts,
+                ))
+                self.ledger.append(
+                    Event(kind="budget_reserved", job=job, amount_usd=amount if cap.unit == "usd" else None,
+                          reason="reserve before spend",
+                          payload={"budget": n, "reservation": rid, "amount": amount, "unit": cap.unit},
+                          idempotency_key=key),
+                    conn=conn,
+                )
+                made.append(Reservation(rid, n, job, amount, HELD))
+        return made
+
+    def unit_of_reservation(self, reservation_id: str) -> str:
+        with read_connection(self.engine) as conn:
+            unit = conn.execute(
+                select(_CAPS.c.unit).join(_RES, _RES.c.budget == _CAPS.c.name).where(_RES.c.id == reservation_id)
+            ).scalar()
+        return str(unit or "usd")
 
     def release(self, reservation_id: str, *, reason: str) -> None:
         """Give back what a reservation held (e.g. the create never happened)."""
@@ -179,11 +259,15 @@ class Budget:
         with read_connection(self.engine) as conn:
             caps = conn.execute(select(_CAPS).order_by(_CAPS.c.name)).all()
             out = []
+            now_ts = datetime.now(UTC).timestamp()
             for c in caps:
                 sums: dict[str, float] = dict(
                     conn.execute(
-                        select(_RES.c.state, func.sum(_RES.c.amount_usd)).where(_RES.c.budget == c.name).group_by(_RES.c.state)
+                        select(_RES.c.state, func.sum(_RES.c.amount_usd)).where(
+                            _RES.c.budget == c.name, _RES.c.created_ts >= period_start(c.period, now_ts)
+                        ).group_by(_RES.c.state)
                     ).all()
                 )
-                out.append(BudgetStatus(c.name, c.cap_usd, float(sums.get(HELD, 0.0)), float(sums.get(SETTLED, 0.0))))
+                out.append(BudgetStatus(c.name, c.cap_usd, float(sums.get(HELD, 0.0)), float(sums.get(SETTLED, 0.0)),
+                                        c.unit, c.period))
             return out

@@ -70,6 +70,7 @@ class RentalRow(SQLModel, table=True):
     disk_gb: float = 0.0
     storage_per_gb_month: float | None = None
     reservation_id: str | None = None
+    other_reservations: str = ""  # comma-separated: the period and GPU-minute caps' reservations
     state: str = Field(index=True)
     held_work: bool = False
     created_at: float
@@ -195,9 +196,15 @@ class Rentals:
         existing = self.get(rental_id)
         if existing is not None:
             return existing
-        reservation = self.budget.reserve(
-            budget_name, reserve_usd, job=job, idempotency_key=f"reserve:{rental_id}"
-        )
+        caps = set(self.budget.caps())
+        items = [(budget_name, reserve_usd)]
+        items += [(p, reserve_usd) for p in ("day", "week", "month") if p in caps and p != budget_name]
+        if "gpu-minutes-day" in caps:
+            hours = reserve_usd / offer.dph_total if offer.dph_total > 0 else ttl_s / 3600.0
+            items.append(("gpu-minutes-day", min(hours, ttl_s / 3600.0) * 60.0 * max(1, offer.num_gpus)))
+        made = self.budget.reserve_many(items, job=job, idempotency_key=f"reserve:{rental_id}", now=now)
+        reservation = made[0]
+        others = ",".join(r.id for r in made[1:])
         label = label_for(job, attempt, now + ttl_s)
         with write_transaction(self.engine, lock=f"tuneharness.rental.{rental_id}") as conn:
             if conn.execute(select(_T.c.id).where(_T.c.id == rental_id)).first() is None:
@@ -206,6 +213,7 @@ class Rentals:
                     offer_id=offer.offer_id, machine_id=offer.machine_id, label=label,
                     rate_usd_per_hour=offer.dph_total, disk_gb=disk_gb,
                     storage_per_gb_month=offer.storage_per_gb_month, reservation_id=reservation.id,
+                    other_reservations=others,
                     state="intent", created_at=now, kill_at=now + ttl_s, offer_json=_offer_json(offer),
                     spec_json=json.dumps({} if spec is None else {
                         "image": spec.image, "disk_gb": spec.disk_gb, "env": dict(spec.env),
@@ -296,9 +304,29 @@ class Rentals:
             return False
         moved = self.transition(rental_id, to="abandoned", from_states=("intent",), kind="create_abandoned",
                                 reason=reason, now=now)
-        if moved and rental.reservation_id:
-            self.budget.release(rental.reservation_id, reason=f"create abandoned: {reason}")
+        if moved:
+            for rid in self._reservations(rental_id):
+                self.budget.release(rid, reason=f"create abandoned: {reason}")
         return moved
+
+    def _reservations(self, rental_id: str) -> list[str]:
+        with read_connection(self.engine) as conn:
+            r = conn.execute(select(_T.c.reservation_id, _T.c.other_reservations).where(_T.c.id == rental_id)).first()
+        if r is None:
+            return []
+        return [x for x in [r.reservation_id, *str(r.other_reservations or "").split(",")] if x]
+
+    def settle(self, rental_id: str, *, now: float, reason: str) -> None:
+        """Replace the rental's reservations by what it billed (dollars; GPU minutes)."""
+        rental = self.get(rental_id)
+        if rental is None:
+            return
+        spent = self.spent_usd(rental, now=now)
+        gpu_end = rental.stopped_at or rental.ended_at or now
+        minutes = max(0.0, gpu_end - rental.created_at) / 60.0
+        for rid in self._reservations(rental_id):
+            amount = minutes if self.budget.unit_of_reservation(rid) == "gpu_minutes" else spent
+            self.budget.settle(rid, amount, reason=reason)
 
     def adopt(self, rental_id: str, instance_id: str, *, now: float) -> Rental:
         """The reconciler found the instance a crashed create left behind: record it."""
@@ -377,9 +405,8 @@ class Rentals:
             kind="instance_destroyed", reason=reason, now=now,
             evidence={"by": by, **(evidence or {})},
         )
-        if moved and rental.reservation_id:
-            spent = self.spent_usd(rental, now=now)
-            self.budget.settle(rental.reservation_id, spent, reason=f"instance destroyed: {reason}")
+        if moved:
+            self.settle(rental_id, now=now, reason=f"instance destroyed: {reason}")
         return moved
 
     def spent_usd(self, rental: Rental, *, now: float) -> float:

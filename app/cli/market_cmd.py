@@ -242,16 +242,102 @@ def stop(
         _record(ledger, "instance_stop_failed", provider.value, before, error=str(exc))
         _fail(exc)
     seq = _record(ledger, "instance_stopped", provider.value, before)
+    _sync_stopped(provider.value, instance)
     typer.echo(f"stopped {provider.value} instance {instance} (ledger seq {seq}); "
                f"its storage bills until you destroy it")
 
 
+def _parse_age_s(text: str) -> float:
+    from app.errors import UserError
+
+    units = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+    try:
+        return float(text[:-1]) * units[text[-1]] if text and text[-1] in units else float(text)
+    except ValueError:
+        raise UserError(f"--older-than {text!r} is not an age. Fix: use e.g. 90m, 1h or 2d") from None
+
+
+def _sync_registry(provider: str, instance: str) -> None:
+    """The operator destroyed it: close its rental and settle its reservations."""
+    import time
+
+    from app import bootstrap
+    from app.rentals import Rentals
+
+    rentals = Rentals(bootstrap.engine())
+    r = rentals.by_instance(provider, instance)
+    if r is None or r.state in ("destroyed", "lost"):
+        return
+    now = time.time()
+    if rentals.transition(r.id, to="destroyed", from_states=("active", "stopped", "intent"),
+                          kind="rental_closed", reason="operator destroyed it", now=now):
+        rentals.settle(r.id, now=now, reason="instance destroyed by the operator")
+
+
+def _sync_stopped(provider: str, instance: str) -> None:
+    import time
+
+    from app import bootstrap
+    from app.rentals import Rentals
+
+    rentals = Rentals(bootstrap.engine())
+    r = rentals.by_instance(provider, instance)
+    if r is not None:
+        rentals.transition(r.id, to="stopped", from_states=("active",), kind="rental_stopped",
+                           reason="operator stopped it", now=time.time())
+
+
 def destroy(
     provider: ProviderOpt,
-    instance: Annotated[str, typer.Option("--instance", "-i", help="The instance id.", show_default=False)],
+    instance: Annotated[str | None, typer.Option("--instance", "-i", help="The instance id.", show_default=False)] = None,
+    stopped: Annotated[bool, typer.Option("--stopped", help="Every stopped instance we rented (bulk clean-up).")] = False,
+    older_than: Annotated[str, typer.Option("--older-than", help="With --stopped: stopped at least this long (e.g. 1h).")] = "0s",
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask (needed without a terminal).")] = False,
 ) -> None:
     """Destroy an instance and everything on its disk: the operator's command. Ledger: operator."""
+    from app.errors import UserError
+
+    if stopped == (instance is not None):
+        raise UserError("name one instance with --instance ID, or clean up in bulk with --stopped [--older-than 1h]")
+    if stopped:
+        _destroy_stopped(provider, _parse_age_s(older_than), older_than, yes)
+        return
+    assert instance is not None
+    _destroy_one(provider, instance, yes)
+
+
+def _destroy_stopped(provider: ProviderName, min_age_s: float, older_than: str, yes: bool) -> None:
+    import time
+
+    from app import bootstrap
+    from app.errors import UserError
+    from app.rentals import Rentals
+
+    now = time.time()
+    rentals = Rentals(bootstrap.engine())
+    doomed = [r for r in rentals.all(states=("stopped",))
+              if r.provider == provider.value and r.instance_id and now - (r.stopped_at or now) >= min_age_s]
+    if not doomed:
+        typer.echo(f"no stopped {provider.value} instances older than {older_than}")
+        return
+    monthly = sum((r.storage_per_gb_month or 0.0) * r.disk_gb for r in doomed)
+    typer.echo(f"will destroy {len(doomed)} stopped {provider.value} instance(s); their storage bills "
+               f"${monthly:.2f}/month (${monthly / 720:.4f}/h) until destroyed:")
+    for r in doomed:
+        age_h = (now - (r.stopped_at or now)) / 3600
+        typer.echo(f"  {r.instance_id}  job {r.job}  stopped {age_h:.1f}h ago  {r.disk_gb:.0f} GB  "
+                   f"${(r.storage_per_gb_month or 0.0) * r.disk_gb:.2f}/month")
+    if not yes:
+        if not sys.stdin.isatty():
+            raise UserError("refusing to destroy without confirmation: no terminal to ask, nothing was "
+                            "destroyed. Fix: add --yes if you mean it")
+        typer.confirm("Destroy all of these? Everything on their disks is lost", abort=True)
+    for r in doomed:
+        assert r.instance_id is not None
+        _destroy_one(provider, r.instance_id, True)
+
+
+def _destroy_one(provider: ProviderName, instance: str, yes: bool) -> None:
     from app import bootstrap
     from app.errors import UserError
     from app.market import MarketError
@@ -274,5 +360,6 @@ def destroy(
         _record(ledger, "instance_destroy_failed", provider.value, before, error=str(exc))
         _fail(exc)
     seq = _record(ledger, "instance_destroyed", provider.value, before, already_gone=before.state == "gone")
+    _sync_registry(provider.value, instance)
     note = " (it was already gone)" if before.state == "gone" else ""
     typer.echo(f"destroyed {provider.value} instance {instance}{note} (ledger seq {seq})")

@@ -189,9 +189,7 @@ def sweep_reconcile(
                     reason="provider no longer lists it", now=now, evidence={"evidence": action.evidence},
                 ):
                     report.lost.append(action.instance_id)
-                    if r.reservation_id:
-                        rentals.budget.settle(r.reservation_id, rentals.spent_usd(r, now=now),
-                                              reason="instance lost: reservation released")
+                    rentals.settle(action.rental_id, now=now, reason="instance lost: billing ended")
     return report
 
 

@@ -87,3 +87,32 @@ def test_unknown_budget_is_a_user_error(engine: Engine) -> None:
     """Reserving against a budget that does not exist says how to create it."""
     with pytest.raises(UserError, match="budget set"):
         Budget(engine).reserve("nope", 1.0)
+
+
+def test_several_caps_reserve_all_or_nothing(engine: Engine) -> None:
+    """A create reserves against job, day and GPU-minute caps at once; one refusal reserves nothing."""
+    budget = Budget(engine)
+    budget.set_cap("job-1", 5.0)
+    budget.set_cap("day", 3.0)
+    budget.set_cap("gpu-minutes-day", 90)
+    got = budget.reserve_many([("job-1", 2.0), ("day", 2.0), ("gpu-minutes-day", 60)], job="job-1")
+    assert [r.budget for r in got] == ["job-1", "day", "gpu-minutes-day"]
+    with pytest.raises(BudgetExceeded) as info:
+        budget.reserve_many([("job-1", 2.0), ("day", 2.0), ("gpu-minutes-day", 20)], job="job-1")
+    assert info.value.budget == "day"  # the refusal names the cap
+    status = {s.name: s for s in budget.status()}
+    assert status["job-1"].reserved_usd == 2.0  # the job cap's part was rolled back too
+    assert status["gpu-minutes-day"].unit == "gpu_minutes" and status["day"].period == "day"
+
+
+def test_period_caps_count_only_their_period(engine: Engine) -> None:
+    """Yesterday's reservations do not count against today's cap."""
+    from datetime import UTC, datetime, timedelta
+
+    budget = Budget(engine)
+    budget.set_cap("day", 1.0)
+    yesterday = (datetime.now(UTC) - timedelta(days=1)).timestamp()
+    budget.reserve("day", 1.0, now=yesterday)
+    budget.reserve("day", 1.0)  # today: fits again
+    with pytest.raises(BudgetExceeded):
+        budget.reserve("day", 0.5)
