@@ -232,7 +232,7 @@ _rule("oom-killer", "oom", 98, ("oom-kill", "out of memory: kill", "oom_reaper",
 _rule("cpu-alloc", "oom", 97, ("defaultcpuallocator", "cannot allocate memory", "can't allocate memory", "std::bad_alloc", "memoryerror", "not enough memory"),
       r"DefaultCPUAllocator: (?:not enough memory|can't allocate memory)|\bMemoryError\b"
       r"|Cannot allocate memory|std::bad_alloc|RESOURCE_EXHAUSTED.{0,40}memory")
-_rule("shm-oom", "oom", 85, ("shared memory", "(shm)", "exited unexpectedly", "enough gpu ram", "dispatched on the cpu"),
+_rule("shm-oom", "oom", 85, ("shared memory", "(shm)", "exited unexpectedly", "is killed by signal", "bus error", "enough gpu ram", "dispatched on the cpu"),
       r"insufficient shared memory|bus error encountered in worker|DataLoader worker \(pid\(?s?\)? [\d, ]+\) (?:is killed|exited unexpectedly)"
       r"|enough GPU RAM to fit|modules are dispatched on the CPU or the disk", confidence=0.85)
 _rule("bnb-oom", "oom", 96, ("cudamalloc", "cublas_status_alloc_failed", "alloc_failed"),
