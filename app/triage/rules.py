@@ -221,7 +221,7 @@ def _nonzero(m: re.Match[str]) -> bool:
 
 
 # --- oom: GPU and host memory, the kernel's OOM killer ---------------------------------------
-_rule("cuda-oom", "oom", 99, ("out of memory", "outofmemory"),
+_rule("cuda-oom", "oom", 99, ("cudaerrormemoryallocation", "cuda_error_out_of_memory", "out of memory", "outofmemory"),
       r"CUDA out of memory|OutOfMemoryError|CUDA error: out of memory|cuda failure 'out of memory'"
       r"|HIP out of memory|cudaErrorMemoryAllocation|CUDA_ERROR_OUT_OF_MEMORY")
 _rule("tried-to-allocate", "oom", 98, "tried to allocate",
@@ -229,7 +229,7 @@ _rule("tried-to-allocate", "oom", 98, "tried to allocate",
 _rule("oom-killer", "oom", 98, ("oom-kill", "out of memory: kill", "oom_reaper", "memory cgroup out of memory", "invoked oom-killer"),
       r"Out of memory: Kill(?:ed)? process|invoked oom-killer|oom-kill:|oom_reaper: reaped"
       r"|Memory cgroup out of memory")
-_rule("cpu-alloc", "oom", 97, ("defaultcpuallocator", "cannot allocate memory", "can't allocate memory", "std::bad_alloc", "memoryerror", "not enough memory"),
+_rule("cpu-alloc", "oom", 97, ("resource_exhausted", "defaultcpuallocator", "cannot allocate memory", "can't allocate memory", "std::bad_alloc", "memoryerror", "not enough memory"),
       r"DefaultCPUAllocator: (?:not enough memory|can't allocate memory)|\bMemoryError\b"
       r"|Cannot allocate memory|std::bad_alloc|RESOURCE_EXHAUSTED.{0,40}memory")
 _rule("shm-oom", "oom", 85, ("shared memory", "(shm)", "exited unexpectedly", "is killed by signal", "bus error", "enough gpu ram", "dispatched on the cpu"),
@@ -242,7 +242,7 @@ _rule("oom-recovered", "oom", 70, ("attempting to recover", "skipping batch"),
       confidence=0.7)
 _rule("generic-oom", "oom", 80, ("out of memory", "oom"),
       r"\bout of memory\b|\bOOM(?:ed)?\b(?! *[:=] *0)", confidence=0.85)
-_rule("sigkill", "oom", 60, ("sigkill", "-9 (pid", "exitcode: -9", "code -9", "code: -9", "code = -9", "status -9", "137", "killed"),
+_rule("sigkill", "oom", 60, ("-9", "sigkill", "-9 (pid", "exitcode: -9", "code -9", "code: -9", "code = -9", "status -9", "137", "killed"),
       r"Signals\.SIGKILL|Signal 9 \(SIGKILL\)|exit ?code:? ?-9\b|exitcode\s*:\s*-9\b|return code = -9\b"
       r"|killed by signal: Killed"
       r"|exit status (?:-9|137)\b|exit code 137\b|^(?:\S*: line \d+: +\d+ )?Killed\b",
@@ -260,7 +260,7 @@ _rule("loss-is-nan", "diverged", 95, ("nan", "non-finite", "not finite", "infini
       r"|found NaN in local grad norm|NaN or Inf found in input tensor|detected (?:inf|nan)"
       r"|(?:nan|inf) (?:loss|gradients?) detected|loss contains nan|Encountered nan"
       r"|grad(?:ient)?[ _]norm (?:is|was|became) (?:nan|inf)")
-_rule("min-loss-scale", "diverged", 96, ("loss scale", "loss_scale", "minimum loss scale"),
+_rule("min-loss-scale", "diverged", 96, ("decrease scale", "loss scale", "loss_scale", "minimum loss scale"),
       r"Minimum loss scale reached|loss scale already at minimum|cannot decrease scale anymore"
       r"|loss[ _]scale (?:has )?(?:underflow|reached (?:the )?minimum|fell below|too small)")
 _rule("scale-underflow", "diverged", 90, ("reducing loss scale to", "reducing to"),
@@ -268,7 +268,7 @@ _rule("scale-underflow", "diverged", 90, ("reducing loss scale to", "reducing to
       check=_scale_below_one)
 _rule("megatron-nan-iters", "diverged", 85, "number of nan iterations",
       r"number of nan iterations:\s*(?P<n>\d+)", check=_nonzero, confidence=0.9)
-_rule("loss-exploded", "diverged", 90, ("explod", "diverg"),
+_rule("loss-exploded", "diverged", 90, ("explosion", "explod", "diverg"),
       r"loss (?:is |has )?(?:exploding|exploded|diverg(?:ed|ing))|training diverged"
       r"|gradient explosion|exploding gradients? detected")
 
@@ -277,11 +277,11 @@ _rule("xid", "cuda_fault", 97, ("xid", "fallen off the bus"),
       r"NVRM: Xid|\bXid \(?PCI|\bXid:? ?\d+\b|GPU has fallen off the bus")
 _rule("ecc", "cuda_fault", 97, ("ecc", "row remap"),
       r"uncorrectable ECC error|\bECC error|double[- ]bit ECC|row remap(?:ping)? (?:failure|pending)")
-_rule("illegal-access", "cuda_fault", 96, ("illegal", "misaligned", "unspecified launch failure", "launch failure", "launch timed out"),
+_rule("illegal-access", "cuda_fault", 96, ("launchfailure", "illegal", "misaligned", "unspecified launch failure", "launch failure", "launch timed out"),
       r"illegal memory access|illegal instruction was encountered|misaligned address"
       r"|unspecified launch failure|CUDA_ERROR_ILLEGAL_ADDRESS|cudaErrorIllegalAddress"
       r"|the launch timed out and was terminated|cudaErrorLaunchFailure")
-_rule("driver-mismatch", "cuda_fault", 96, ("driver", "nvml", "compute capability", "sm_", "no kernel image", "forward compatibility", "error 802:", "error 803:", "error 804:", "nvidia-container-cli", "rminitadapter", "device handle"),
+_rule("driver-mismatch", "cuda_fault", 96, ("not compatible with the current pytorch", "driver", "nvml", "compute capability", "sm_", "no kernel image", "forward compatibility", "error 802:", "error 803:", "error 804:", "nvidia-container-cli", "rminitadapter", "device handle"),
       r"driver version is insufficient|NVIDIA driver on your system is too old"
       r"|Driver/library version mismatch|Failed to initialize NVML|couldn't communicate with the NVIDIA driver"
       r"|no kernel image is available|forward compatibility was attempted"
@@ -326,16 +326,16 @@ _rule("nccl-error", "cuda_fault", 84, ("nccl", "distbackenderror", "unhandled sy
       r"|DistBackendError|NCCL communicator was aborted|unhandled (?:system|cuda) error",
       confidence=0.9)
 _rule("nccl-warn", "cuda_fault", 60, "nccl warn", r"NCCL WARN .{0,60}(?:error|fail)", soft=True, confidence=0.7)
-_rule("sigbus-gpu", "cuda_fault", 50, ("segmentation fault", "sigsegv", "core dumped"),
+_rule("sigbus-gpu", "cuda_fault", 50, ("segmentation", "segmentation fault", "sigsegv", "core dumped"),
       r"Segmentation fault|SIGSEGV|Fatal Python error: Segmentation", confidence=0.55)
 
 # --- stalled: collective/watchdog/rendezvous timeouts ------------------------------------------
-_rule("nccl-watchdog", "stalled", 92, ("watchdog", "timed out", "timeout", "heartbeat"),
+_rule("nccl-watchdog", "stalled", 92, ("before timing out", "watchdog", "timed out", "timeout", "heartbeat"),
       r"Watchdog caught collective operation timeout|ran for \d+ milliseconds before timing out"
       r"|watchdog got stuck|Heartbeat monitor timed out|Timeout at NCCL work"
       r"|Some NCCL operations have failed or timed out|collective operation timeout"
       r"|NCCL (?:watchdog )?timeout|Timed out waiting \d+ ?ms for send operation")
-_rule("rendezvous", "stalled", 91, ("rendezvous", "timed out", "timeout", "clients joined", "socket", "monitoredbarrier"),
+_rule("rendezvous", "stalled", 91, ("diststoreerror", "rendezvous", "timed out", "timeout", "clients joined", "socket", "monitoredbarrier"),
       r"RendezvousTimeoutError|Rendezvous (?:timed out|timeout)|Timed out after \d+ seconds waiting for clients"
       r"|clients joined|The client socket has timed out|DistStoreError: .{0,60}[Tt]imed? ?out"
       r"|Socket Timeout|wait timeout after \d+ ?ms|timed out waiting for (?:the )?(?:store|barrier|peers|workers)"
@@ -350,15 +350,15 @@ _rule("hang-detected", "stalled", 80, ("hang", "stuck", "no progress"),
       r"|no progress (?:for|in) \d+|process (?:is )?stuck", confidence=0.85)
 
 # --- io_error: disk full, write failures, downloads and network ------------------------------
-_rule("disk-full", "io_error", 96, ("no space left", "errno 28", "disk quota", "storagefull", "enospc", "disk full"),
+_rule("disk-full", "io_error", 96, ("disk is full", "no space left", "errno 28", "disk quota", "storagefull", "enospc", "disk full"),
       r"No space left on device|\[Errno 28\]|Disk quota exceeded|StorageFull|\bENOSPC\b|disk (?:is )?full")
-_rule("write-failed", "io_error", 95, ("file write failed", "unexpected pos", "read-only file system", "input/output error", "stale file handle", "errno 5]", "errno 30]", "errno 122]"),
+_rule("write-failed", "io_error", 95, ("pytorchstreamwriter", "errno 116]", "file write failed", "unexpected pos", "read-only file system", "input/output error", "stale file handle", "errno 5]", "errno 30]", "errno 122]"),
       r"file write failed|PytorchStreamWriter failed|unexpected pos \d+ vs \d+|Read-only file system"
       r"|Input/output error|\[Errno (?:5|30|122|116)\]|Stale file handle")
 _rule("ckpt-save-failed", "io_error", 85, ("checkpoint", "save"),
       r"(?:failed|unable|could not) to (?:save|write) (?:the )?(?:checkpoint|model|state|adapter)"
       r"|checkpoint (?:save|write|upload) failed|Error saving checkpoint", confidence=0.9)
-_rule("network", "io_error", 90, ("connect", "payload", "commerror", "run initialization", "timed out", "timeout", "name resolution", "getaddrinfo", "max retries", "ssl", "unreachable", "resolve", "reset by peer", "incompleteread", "broken pipe"),
+_rule("network", "io_error", 90, ("name or service", "no route", "chunkedencoding", "protocolerror", "aiohttp", "connect", "payload", "commerror", "run initialization", "timed out", "timeout", "name resolution", "getaddrinfo", "max retries", "ssl", "unreachable", "resolve", "reset by peer", "incompleteread", "broken pipe"),
       r"ConnectionError|ConnectTimeout|ConnectTimeoutError|ReadTimeout(?:Error)?|Read timed out"
       r"|Max retries exceeded|Failed to establish a new connection|Connection refused"
       r"|Connection (?:reset|aborted|broken)|reset by peer|IncompleteRead|RemoteDisconnected"
@@ -368,7 +368,7 @@ _rule("network", "io_error", 90, ("connect", "payload", "commerror", "run initia
       r"|aiohttp\.client_exceptions|EndpointConnectionError|couldn't connect to 'https?://"
       r"|Connection timed out|Response payload is not completed|CommError|Run initialization has timed out",
       soft=True, confidence=0.95)
-_rule("http-error", "io_error", 88, ("server error", "client error", "hfhubhttperror", "httperror", "too many requests", "gateway", "service unavailable", "gatedrepoerror", "unauthorized", "forbidden"),
+_rule("http-error", "io_error", 88, ("gated repo", "is restricted", "server error", "client error", "hfhubhttperror", "httperror", "too many requests", "gateway", "service unavailable", "gatedrepoerror", "unauthorized", "forbidden"),
       r"\b5\d\d Server Error|\b429 Client Error|Too Many Requests|HfHubHTTPError|\bHTTPError\b"
       r"|Bad Gateway|Gateway Time-?out|Service Unavailable|GatedRepoError|Cannot access gated repo"
       r"|40[13] Client Error|Unauthorized for url|Access to model .{0,60} is restricted",
@@ -378,7 +378,7 @@ _rule("offline-cache", "io_error", 87, ("localentrynotfounderror", "outgoing tra
       r"|download(?:ing)? (?:failed|error|interrupted|incomplete)|failed to download"
       r"|HeaderTooLarge|MetadataIncompleteBuffer|incomplete (?:download|file)"
       r"|PytorchStreamReader failed reading zip archive|invalid load key", confidence=0.9)
-_rule("s3", "io_error", 86, ("botocore", "s3", "nosuchbucket", "slowdown"),
+_rule("s3", "io_error", 86, ("upload failed", "botocore", "s3", "nosuchbucket", "slowdown"),
       r"botocore\.exceptions\.\w+|S3UploadFailedError|upload failed|NoSuchBucket|SlowDown",
       soft=True, confidence=0.85)
 _rule("retry-warn", "io_error", 35, ("retry", "retrying"),
@@ -389,16 +389,16 @@ _rule("wandb-net", "io_error", 30, ("wandb:",),
       confidence=0.5)
 
 # --- data_error: dataset, tokenizer, template, schema, config ---------------------------------
-_rule("device-assert-data", "data_error", 95, ("assertion", "device-side assert", "index out of range", "indexselect"),
+_rule("device-assert-data", "data_error", 95, ("out of bounds for dimension", "assertion", "device-side assert", "index out of range", "indexselect"),
       r"Assertion `(?:srcIndex < srcSelectDimSize|t >= 0 && t < n_classes|input_val >= zero && input_val <= one"
       r"|idx_dim >= 0 && idx_dim < index_size|index out of bounds|cur_target >= 0 && cur_target < n_classes)[^`]*` failed"
       r"|device-side assert triggered|IndexError: index out of range in self"
       r"|index \S+ is out of bounds for dimension")
-_rule("template", "data_error", 95, ("template", "jinja"),
+_rule("template", "data_error", 95, ("roles must alternate", "template", "jinja"),
       r"chat_template is not set|Cannot use chat template|jinja2\.exceptions\.\w+"
       r"|Conversation roles must alternate|TemplateError|Template \S+ does not exist"
       r"|unknown (?:chat )?template|No chat template|template .{0,30}not found")
-_rule("tokenizer", "data_error", 94, ("tokenizer", "pad", "truncation", "textencodeinput", "text input must be"),
+_rule("tokenizer", "data_error", 94, ("text input must", "untagged enum", "size mismatch", "token id", "tokenizer", "pad", "truncation", "textencodeinput", "text input must be"),
       r"Asking to pad but the tokenizer does not have a padding token|Unable to create tensor, you should probably activate truncation"
       r"|Tokenizer class \S+ does not exist|TextEncodeInput must be|text input must (?:be )?of type"
       r"|Can't load tokenizer|tokenizer\.json.{0,40}(?:not found|missing|corrupt)"
@@ -425,7 +425,7 @@ _rule("batch-shape", "data_error", 90, ("batch_size", "did not return a loss", "
       r"|The batch received was empty|Expected all tensors to be on the same device"
       r"|shapes cannot be multiplied|expected scalar type \w+ but found|Attempting to unscale FP16 gradients"
       r"|cannot perform fine-tuning on purely quantized models", confidence=0.92)
-_rule("config", "data_error", 90, ("validationerror", "yaml.", "scannererror", "parsererror", "unexpected keyword argument",
+_rule("config", "data_error", 90, ("unknown ", "validationerror", "yaml.", "scannererror", "parsererror", "unexpected keyword argument",
                                    "not found in the base model", "please specify", "not a valid model identifier",
                                    "unrecognized", "size mismatch for", "loading state_dict", "missing key(s)",
                                    "configerror", "invalidconfig", "invalid config", "error: argument",
@@ -447,7 +447,7 @@ _rule("config-hint", "data_error", 45, ("should be", "must be", "is not supporte
 _rule("module-missing", "data_error", 70, ("modulenotfounderror", "importerror", "no module named", "requires the latest version", "requires the following packages"),
       r"ModuleNotFoundError|No module named|ImportError|requires the latest version of|requires the following packages",
       soft=True, confidence=0.8)
-_rule("file-missing", "data_error", 70, ("filenotfounderror", "no such file or directory", "errno 2]"),
+_rule("file-missing", "data_error", 70, ("isadirectoryerror", "notadirectoryerror", "filenotfounderror", "no such file or directory", "errno 2]"),
       r"FileNotFoundError|No such file or directory|\[Errno 2\]|IsADirectoryError|NotADirectoryError",
       soft=True, confidence=0.8)
 _rule("python-bug", "data_error", 40, ("error:", "exception:", "assertionerror"),
@@ -457,7 +457,7 @@ _rule("python-bug", "data_error", 40, ("error:", "exception:", "assertionerror")
 
 # --- completed ------------------------------------------------------------------------------------
 _rule("completed", "completed", 50,
-      ("training completed", "train_runtime", "train metrics", "training complete", "stopped:", "after training is done", "finished training", "training finished", "training done", "run finished", "saving final", "final model saved", "status: completed", "done training", "finished step="),
+      ("training is", "run is", "run complete", "run done", "final adapter saved", "training completed", "train_runtime", "train metrics", "training complete", "stopped:", "after training is done", "finished training", "training finished", "training done", "run finished", "saving final", "final model saved", "status: completed", "done training", "finished step="),
       r"Training completed\. Do not forget|Training Completed!|\btrain_runtime\b|\*{3,} train metrics \*{3,}"
       r"|`Trainer\.fit` stopped: `max_(?:epochs|steps)=\d+` reached|\[after training is done\]"
       r"|\b(?:training|run) (?:is )?(?:finished|complete(?:d)?|done)\b(?! *[:=] *(?:false|0))"
