@@ -19,6 +19,7 @@ from app.cli import (
     jobs_cmd,
     ledger_cmd,
     market_cmd,
+    receipt_cmd,
     sim_cmd,
     stack_cmd,
     triage_cmd,
@@ -45,6 +46,7 @@ cli.add_typer(hosts_cmd.app, name="hosts")
 stack_cmd.register(cli)
 doctor_cmd.register(cli)
 jobs_cmd.register(cli)
+receipt_cmd.register(cli)
 
 
 def run() -> None:

@@ -174,3 +174,25 @@ def test_budget_monitor_warns_at_80_percent_and_stops_at_100(rentals: Rentals, n
     report = sweep_budgets(rentals.budget, notifier=notifier)
     assert sorted(report.warnings) == ["full:stop", "warn:warning"]
     assert sorted(notifier.kinds()) == ["budget_stop", "budget_warning"]
+
+
+def test_receipt_splits_spend_and_names_dead_hosts_and_idle_time(rentals: Rentals, clock: VirtualClock) -> None:
+    """A destroyed dud counts as dead-host cost; an idle stop counts idle seconds; a stopped one bills storage."""
+    from app.services.receipts import build_receipt
+
+    market = make_market([host(1, computes=False), host(2, hangs_at_s=0)], clock)
+    dud = rent(rentals, market, clock, "a", machine="m-1")
+    worker = rent(rentals, market, clock, "b", machine="m-2")
+    rentals.mark_held_work(worker.id)
+    clock.advance(600)
+    rentals.destroy(dud.id, market=market, by="automation", reason="no_compute", now=clock.now())
+    for _ in range(7):
+        clock.advance(300)
+        sweep_idle(rentals, {"sim": market}, now=clock.now(), grace_s=1800)
+    data = build_receipt(rentals, rentals.ledger, now=clock.now()).as_dict()
+    assert data["dead_hosts"] == 1
+    assert data["dead_host_cost_usd"] == round(0.101 * 600 / 3600 + 0.15 * 10 / 720 * 600 / 3600, 6)
+    assert data["by_reason"].keys() == {"no_compute", "idle"}
+    assert 1800 <= data["idle_seconds_billed"] <= 2100
+    assert data["stopped"] == [worker.instance_id] and data["running"] == []
+    assert data["billing_per_hour_now"] == round(0.15 * 10 / 720, 6)
