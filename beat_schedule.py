@@ -27,6 +27,11 @@ BEAT_SCHEDULE: dict[str, dict[str, object]] = {
         "schedule": FIVE_MINUTES_S,
         "options": {"queue": "maintenance", "expires": FIVE_MINUTES_S - 5},
     },
+    "alert-outbox": {
+        "task": "tuneharness.maintenance.flush_alerts",
+        "schedule": 120.0,
+        "options": {"queue": "maintenance", "expires": 115},
+    },
     "budget-monitor": {
         "task": "tuneharness.maintenance.budget_monitor",
         "schedule": 60.0,

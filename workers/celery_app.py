@@ -14,7 +14,7 @@ from app.errors import ConfigError
 from app.settings import load_settings
 from workers.config import TASK_TIME_LIMITS_S, build_config, check_time_limits
 
-app = Celery("tuneharness", include=["workers.tasks", "workers.guardrails", "workers.provision"])
+app = Celery("tuneharness", include=["workers.tasks", "workers.guardrails", "workers.provision", "workers.provisioning"])
 app.conf.update(build_config(load_settings()))
 
 from beat_schedule import BEAT_SCHEDULE  # noqa: E402  (plain data)
@@ -51,6 +51,23 @@ def _check_on_worker_start(**_: Any) -> None:
     _refuse_bad_time_limits()
 
 
+_beat_lock: Any = None
+
+
 @signals.beat_init.connect
 def _check_on_beat_start(**_: Any) -> None:
     _refuse_bad_time_limits()
+    import atexit
+
+    from workers.beatlock import BeatLock
+
+    global _beat_lock
+    lock = BeatLock(str(app.conf.broker_url))
+    holder = lock.acquire()
+    if holder is not None:
+        raise SystemExit(
+            f"error: another beat ({holder}) already schedules on this broker; two would run every "
+            "watchdog twice. Fix: run exactly one beat (it takes over within 60 s if that one dies)"
+        )
+    _beat_lock = lock
+    atexit.register(lock.release)

@@ -25,10 +25,31 @@ def task(queue: str, verb: str, **options: Any) -> Any:
 
 @task("maintenance", "heartbeat")
 def heartbeat(self: Any) -> float:
-    """Record that beat and a worker are alive (doctor flags a stale heartbeat)."""
+    """Record that beat and a worker are alive; alert on any other periodic task gone quiet."""
+    from app.alerts import Alert
+    from app.liveness import last_successes, overdue
+    from beat_schedule import BEAT_SCHEDULE
+
     now = time.time()
-    record_success(bootstrap.engine(), "beat-heartbeat", now)
+    engine = bootstrap.engine()
+    record_success(engine, "beat-heartbeat", now)
+    intervals = {n: float(str(e["schedule"])) for n, e in BEAT_SCHEDULE.items()}
+    last = last_successes(engine)
+    # Only tasks that ran at least once: a fresh fleet has not had time to run them all.
+    late = [o for o in overdue(last, intervals, now=now) if o.age_s is not None]
+    if late:
+        names = ", ".join(f"{o.name} ({o.age_s:.0f}s ago)" for o in late)
+        bootstrap.notifier().notify(Alert("beat_overdue", f"periodic tasks overdue: {names}",
+                                          key=f"beat_overdue:{int(now // 3600)}"))
     return now
+
+
+@task("maintenance", "flush_alerts")
+def flush_alerts(self: Any) -> int:
+    """Retry alerts the outbox still owes (a webhook that was down)."""
+    sent = bootstrap.notifier(background=False).flush()
+    record_success(bootstrap.engine(), "alert-outbox", time.time())
+    return sent
 
 
 @task("maintenance", "ping")

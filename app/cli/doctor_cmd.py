@@ -78,6 +78,11 @@ def _beat() -> Check:
     if not late:
         return Check("beat", True, f"{len(intervals)} periodic tasks on time")
     names = ", ".join(f"{o.name} ({'never ran' if o.age_s is None else f'{o.age_s:.0f}s ago'})" for o in late)
+    from app.alerts import Alert
+
+    bootstrap.notifier(background=False).notify(Alert(
+        "beat_overdue", f"periodic tasks overdue by more than three intervals: {names}",
+        key=f"beat_overdue:{int(time.time() // 3600)}"))
     return Check("beat", False, f"overdue by more than three intervals: {names}",
                  "start exactly one beat (`tuneharness up` does) and a worker on the maintenance queue")
 
