@@ -495,14 +495,70 @@ class _Hit:
     line: str
 
 
+_BENIGN = """
+***** running training ***** num examples = 51,760 num epochs = 3 instantaneous batch size per device = 4
+total optimization steps = 1,000 number of trainable parameters = 41,943,040 gradient accumulation steps
+{'loss': 1.2345, 'grad_norm': 0.5432, 'learning_rate': 0.0002, 'epoch': 0.12} 12%|█▏ | 120/1000 [03:41<27:02, 1.84s/it]
+loading checkpoint shards: 100% saving model checkpoint to ./outputs/checkpoint-500 configuration saved in config.json
+model weights saved in ./outputs/checkpoint-500/model.safetensors tokenizer config file saved in
+special tokens file saved in special_tokens_map.json [info|trainer.py:2128] >> ***** running training *****
+[2024-02-10 22:14:02,441] [info] [logging.py:96:log_dist] [rank 0] step=1210, skipped=3, lr=[1.88e-05], mom=[(0.9, 0.999)]
+[info] [timer.py:260:stop] epoch=0/micro_step=4840/global_step=1210, runningavgsamplespersec=41.2, memallocated=6.21gb
+iter 1200: loss 1.8821, time 212.40ms, mfu 29.91% step 2400: train loss 3.1633, val loss 3.2517 saving checkpoint to out
+iteration 4100/ 500000 | consumed samples: 2099200 | elapsed time per iteration (ms): 3321.2 | learning rate: 2.999e-04 |
+global batch size: 512 | lm loss: 2.871234e+00 | loss scale: 65536.0 | grad norm: 0.412 | number of skipped iterations: 0 |
+use_cache=true is incompatible with gradient checkpointing. setting use_cache=false. the current process just got forked,
+after parallelism has already been used. disabling parallelism to avoid deadlocks... userwarning: torch.utils.checkpoint:
+the use_reentrant parameter should be passed explicitly. nccl info net/ib : no device found. nccl info bootstrap : using eth0
+setting ds_accelerator to cuda (auto detect) some weights of the model checkpoint were not used when initializing the model
+you should probably train this model on a down-stream task to be able to use it for predictions and inference.
+wandb: tracking run with wandb version 0.16.3 wandb: run data is saved locally in /workspace/wandb/run-20240210
+warning:torch.distributed.run: setting omp_num_threads environment variable for each process to be 1 in default
+gpu available: true (cuda), used: true local_rank: 0 - cuda_visible_devices: [0] trainable params total params
+unsloth: fast llama patching. max memory: 23.643 gb. platform = linux. bfloat16 = true. free apache license
+generating train split: 212000 examples [00:09, 22841.12 examples/s] map (num_proc=8): tokenizing dataset
+"""
+
+
+def _gates(needles: tuple[str, ...], *, width: int = 4) -> dict[str, tuple[str, ...]]:
+    """Group needles under shared substrings ("gates"): an absent gate rules out all its needles.
+
+    Greedy set cover over the needles' 4-character substrings; a needle no gate covers twice is
+    its own gate. ~260 needles collapse to a few dozen scans on a log that holds none of them.
+    """
+    uncovered = set(needles)
+    groups: dict[str, tuple[str, ...]] = {}
+    while uncovered:
+        counts: dict[str, int] = {}
+        for n in uncovered:
+            for sub in {n[i : i + width] for i in range(max(1, len(n) - width + 1))}:
+                counts[sub] = counts.get(sub, 0) + 1
+        # Gates that healthy logs contain anyway prune nothing: prefer ones they do not.
+        gate, hits = max(sorted(counts.items()), key=lambda kv: (kv[0] not in _BENIGN, kv[1]))
+        if hits < 2:
+            for n in sorted(uncovered):
+                groups[n] = (n,)
+            break
+        members = tuple(sorted(n for n in uncovered if gate in n))
+        groups[gate] = members
+        uncovered.difference_update(members)
+    return groups
+
+
 def _needle_positions(low: str) -> dict[str, int]:
-    """First position of every distinct needle present in the text (one scan per needle)."""
+    """First position of every distinct needle present in the text."""
     found: dict[str, int] = {}
-    for needle in _ALL_NEEDLES:
-        i = low.find(needle)
-        if i >= 0:
-            found[needle] = i
+    for gate, members in _GATES.items():
+        if gate not in low:
+            continue
+        for needle in members:
+            i = low.find(needle)
+            if i >= 0:
+                found[needle] = i
     return found
+
+
+_GATES = _gates(_ALL_NEEDLES)
 
 
 def _search(rule: _Rule, low: str, positions: dict[str, int]) -> re.Match[str] | None:
