@@ -220,6 +220,15 @@ class Budget:
                 made.append(Reservation(rid, n, job, amount, HELD))
         return made
 
+    def held(self, name: str) -> set[str]:
+        """Ids of the reservations still held against `name` in its current period."""
+        now_ts = datetime.now(UTC).timestamp()
+        with read_connection(self.engine) as conn:
+            period = conn.execute(select(_CAPS.c.period).where(_CAPS.c.name == name)).scalar() or "total"
+            rows = conn.execute(select(_RES.c.id).where(
+                _RES.c.budget == name, _RES.c.state == HELD, _RES.c.created_ts >= period_start(str(period), now_ts)))
+            return {str(r) for r in rows.scalars()}
+
     def unit_of_reservation(self, reservation_id: str) -> str:
         with read_connection(self.engine) as conn:
             unit = conn.execute(

@@ -69,7 +69,9 @@ def reconcile(self: Any) -> dict[str, Any]:
 
 @task("maintenance", "budget_monitor")
 def budget_monitor(self: Any) -> dict[str, Any]:
-    """Warn at 80% of a cap; report caps reached."""
-    report = guardrails.sweep_budgets(bootstrap.budget(), notifier=bootstrap.notifier())
+    """Warn at 80% of a cap's spend; stop the affected instances at 100%."""
+    rentals = _rentals()
+    report = guardrails.sweep_budgets(rentals.budget, notifier=bootstrap.notifier(), rentals=rentals,
+                                      markets=_markets(rentals), now=time.time())
     record_success(bootstrap.engine(), "budget-monitor", time.time())
     return _summary(report)

@@ -201,18 +201,50 @@ def _orphan_event(provider: str, action: StopOrphan, now: float):  # type: ignor
                  idempotency_key=f"orphan_stopped:{provider}:{action.instance_id}")
 
 
-def sweep_budgets(budget: Budget, *, notifier: Notifier | None = None) -> SweepReport:
-    """Warn at 80% of a cap, and report caps at 100% (the caller stops their jobs)."""
+def sweep_budgets(
+    budget: Budget, *, notifier: Notifier | None = None, rentals: Rentals | None = None,
+    markets: Mapping[str, Market] | None = None, now: float | None = None,
+) -> SweepReport:
+    """Spend against every cap: warn at 80%, stop the affected instances at 100%.
+
+    Spend is what was billed: settled reservations plus what live rentals have billed so far
+    (GPU while running, storage while stopped), not what is merely reserved. New creates are
+    refused by the reservation itself, naming the cap.
+    """
+    import time as _time
+
     report = SweepReport("budget_monitor")
+    now = _time.time() if now is None else now
+    live = rentals.all(states=("active", "stopped")) if rentals is not None else []
     for s in budget.status():
         report.examined += 1
-        level = budget_level(committed_usd=s.reserved_usd + s.spent_usd, cap_usd=s.cap_usd)
+        held = budget.held(s.name)
+        mine = [r for r in live if rentals is not None and held & set(rentals._reservations(r.id))]
+        if s.unit == "gpu_minutes":
+            billed = sum(max(0.0, (r.stopped_at or now) - r.created_at) / 60.0 for r in mine)
+        else:
+            billed = sum(rentals.spent_usd(r, now=now) for r in mine) if rentals is not None else 0.0
+        spent = s.spent_usd + billed
+        level = budget_level(committed_usd=spent, cap_usd=s.cap_usd)
         if level == "ok":
             continue
         report.warnings.append(f"{s.name}:{level}")
         kind = "budget_warning" if level == "warning" else "budget_stop"
-        _alert(notifier, Alert(kind, f"budget {s.name}: ${s.reserved_usd + s.spent_usd:.2f} of ${s.cap_usd:.2f}",
-                               key=f"{kind}:{s.name}:{s.cap_usd}"))
+        unit = "GPU min" if s.unit == "gpu_minutes" else "$"
+        _alert(notifier, Alert(kind, f"budget {s.name}: {spent:.2f} of {s.cap_usd:.2f} {unit} spent",
+                               key=f"{kind}:{s.name}:{s.cap_usd}:{int(now // 86400)}"))
+        if level != "stop" or rentals is None or markets is None:
+            continue
+        for r in mine:
+            market = markets.get(r.provider)
+            if market is None or r.state != "active":
+                continue
+            try:
+                if rentals.stop(r.id, market=market, reason="budget_stop", kind="instance_stopped", now=now,
+                                evidence={"budget": s.name, "spent": round(spent, 6), "cap": s.cap_usd}):
+                    report.stopped.append(r.instance_id or "")
+            except MarketError as exc:
+                report.errors.append(f"{r.instance_id}: {exc}")
     return report
 
 

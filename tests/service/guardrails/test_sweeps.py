@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import threading
 
+import pytest
+
 from app.alerts import InMemoryNotifier
+from app.errors import BudgetExceeded
 from app.market import LaunchSpec, OfferQuery
 from app.rentals import Rentals, label_for
 from app.services.guardrails import sweep_budgets, sweep_idle, sweep_reconcile, sweep_ttl
@@ -165,15 +168,32 @@ def test_two_of_each_sweep_at_once_over_twenty_instances_stop_each_once(
     assert all(market.status(r.instance_id or "").state == "stopped" for r in rentals.all())
 
 
-def test_budget_monitor_warns_at_80_percent_and_stops_at_100(rentals: Rentals, notifier: InMemoryNotifier) -> None:
-    """Caps at 80% raise budget_warning; at 100% budget_stop."""
-    rentals.budget.set_cap("warn", 10.0)
-    rentals.budget.set_cap("full", 10.0)
-    rentals.budget.reserve("warn", 8.5)
-    rentals.budget.reserve("full", 10.0)
-    report = sweep_budgets(rentals.budget, notifier=notifier)
-    assert sorted(report.warnings) == ["full:stop", "warn:warning"]
-    assert sorted(notifier.kinds()) == ["budget_stop", "budget_warning"]
+def test_budget_monitor_counts_billing_not_reservations_and_stops_at_the_cap(
+    rentals: Rentals, clock: VirtualClock, notifier: InMemoryNotifier
+) -> None:
+    """A full reservation is not spend; billing past 80% warns; at 100% the job's instance stops."""
+    market = make_market([host(1), host(2)], clock)
+    rentals.budget.set_cap("job-a", 1.0)
+    offers = {o.machine_id: o for o in market.search_offers(OfferQuery(limit=0))}
+    plan = rentals.plan(job="a", attempt=1, offer=offers["m-1"], disk_gb=10, ttl_s=99_999, now=clock.now(),
+                        reserve_usd=1.0, budget_name="job-a")
+    a = rentals.execute(plan.id, market=market, now=clock.now(),
+                        spec=LaunchSpec(image="x", disk_gb=10, label="", ssh_public_key="k"))
+    other = rent(rentals, market, clock, "b", machine="m-2")  # on the default budget: unaffected
+    markets = {"sim": market}
+    assert sweep_budgets(rentals.budget, notifier=notifier, rentals=rentals, markets=markets, now=clock.now()).warnings == []
+    clock.advance(8.5 * 3600)  # $0.101/h: about $0.86 billed
+    report = sweep_budgets(rentals.budget, notifier=notifier, rentals=rentals, markets=markets, now=clock.now())
+    assert report.warnings == ["job-a:warning"] and report.stopped == []
+    clock.advance(1.5 * 3600)  # past $1.00
+    report = sweep_budgets(rentals.budget, notifier=notifier, rentals=rentals, markets=markets, now=clock.now())
+    assert report.warnings == ["job-a:stop"] and report.stopped == [a.instance_id]
+    assert market.status(a.instance_id or "").state == "stopped"
+    assert market.status(other.instance_id or "").state == "running"
+    assert notifier.kinds() == ["budget_warning", "budget_stop"]
+    with pytest.raises(BudgetExceeded, match="job-a"):
+        rentals.plan(job="a", attempt=2, offer=offers["m-1"], disk_gb=10, ttl_s=60, now=clock.now(),
+                     reserve_usd=0.01, budget_name="job-a")
 
 
 def test_receipt_splits_spend_and_names_dead_hosts_and_idle_time(rentals: Rentals, clock: VirtualClock) -> None:
