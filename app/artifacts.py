@@ -30,8 +30,12 @@ __all__ = [
     "ArtifactStore",
     "LocalArtifactStore",
     "PullReport",
+    "PushGrant",
     "S3ArtifactStore",
+    "decrypt_object",
     "fetch_dir",
+    "fetch_encrypted_dir",
+    "grant_push",
     "latest_checkpoint",
     "open_store",
     "pull_adapter",
@@ -329,4 +333,78 @@ def fetch_dir(store: ArtifactStore, key_prefix: str, dest: Path) -> Path:
     for key, local in _iter_manifest(store, key_prefix, dest):
         store.get_file(key, local)
     _verify_local(dest, _manifest_files(dest / MARKER))
+    return dest
+
+
+# -- push mode: presigned, prefix-scoped, short-lived; optional AES-GCM ----------------------
+
+ENCRYPTED_MAGIC = b"THE1"
+
+
+@dataclass(frozen=True, slots=True)
+class PushGrant:
+    """What a host receives for push mode (as DIR/push.json): a presigned POST limited to one
+    job's key prefix and a short lifetime, never a storage credential. `aes_key_b64` is the
+    control plane's per-job AES-256-GCM key when encryption is on (the bucket only ever holds
+    ciphertext); the AAD of each object is `aad_prefix` + its path below the job."""
+
+    url: str
+    fields: dict[str, str]
+    key_prefix: str
+    aad_prefix: str
+    expires_at: float
+    aes_key_b64: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"url": self.url, "fields": dict(self.fields), "key_prefix": self.key_prefix,
+                "aad_prefix": self.aad_prefix, "expires_at": self.expires_at, "aes_key_b64": self.aes_key_b64}
+
+
+def grant_push(store: S3ArtifactStore, *, job: str, now: float, expires_s: int = 900,
+               max_object_bytes: int = 5 * 2**30, encrypt: bool = False) -> tuple[PushGrant, bytes | None]:
+    """A presigned POST for `jobs/<job>/` only, valid for `expires_s`; plus the AES key to keep (or None)."""
+    import base64
+
+    if not 1 <= expires_s <= 3600:
+        raise UserError(f"push grant lifetime {expires_s}s is out of range. Fix: use 1..3600 seconds")
+    aad_prefix = f"{_job_prefix(job)}/"
+    key_prefix = store._key(aad_prefix.rstrip("/")) + "/"
+    post = store.client.generate_presigned_post(
+        Bucket=store.bucket, Key=key_prefix + "${filename}",
+        Conditions=[["starts-with", "$key", key_prefix], ["content-length-range", 0, max_object_bytes]],
+        ExpiresIn=expires_s)
+    key = os.urandom(32) if encrypt else None
+    fields = {k: str(v) for k, v in post["fields"].items() if k != "key"}
+    grant = PushGrant(url=str(post["url"]), fields=fields, key_prefix=key_prefix, aad_prefix=aad_prefix,
+                      expires_at=now + expires_s, aes_key_b64=base64.b64encode(key).decode() if key else None)
+    return grant, key
+
+
+def decrypt_object(data: bytes, *, key: bytes, aad: str) -> bytes:
+    """Plaintext of an object pushed encrypted (ArtifactError if it was altered or the key is wrong)."""
+    from cryptography.exceptions import InvalidTag
+    from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+    if not data.startswith(ENCRYPTED_MAGIC) or len(data) < len(ENCRYPTED_MAGIC) + 12 + 16:
+        raise ArtifactError(f"{aad} is not an encrypted artifact")
+    nonce = data[len(ENCRYPTED_MAGIC):len(ENCRYPTED_MAGIC) + 12]
+    try:
+        return AESGCM(key).decrypt(nonce, data[len(ENCRYPTED_MAGIC) + 12:], aad.encode())
+    except InvalidTag:
+        raise ArtifactError(f"{aad} failed authentication (altered, or another key)") from None
+
+
+def fetch_encrypted_dir(store: ArtifactStore, key_prefix: str, dest: Path, *, key: bytes) -> Path:
+    """fetch_dir for a directory pushed with encryption: decrypt each object, then verify the manifest."""
+    dest.mkdir(parents=True, exist_ok=True)
+
+    def get(store_key: str, local: Path) -> None:
+        store.get_file(store_key, local)
+        local.write_bytes(decrypt_object(local.read_bytes(), key=key, aad=store_key))
+
+    get(f"{key_prefix}/{MARKER}", dest / MARKER)
+    files = _manifest_files(dest / MARKER)
+    for rel in files:
+        get(f"{key_prefix}/{rel}", dest / rel)
+    _verify_local(dest, files)
     return dest

@@ -120,5 +120,7 @@ def load_for_inference(adapter_dir: Path, *, base_model: Path | None = None) -> 
     meta = read_meta(adapter_dir)
     base = base_model if base_model is not None else Path(meta["base_model_path"])
     loaded = load_base(base, task=meta["task"], quantization=meta["quantization"], labels=meta.get("labels"))
-    loaded.model = PeftModel.from_pretrained(loaded.model, str(adapter_dir)).eval()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        loaded.model = PeftModel.from_pretrained(loaded.model, str(adapter_dir)).eval()
     return loaded

@@ -12,6 +12,8 @@ import json
 import math
 import os
 import random
+import signal
+import threading
 import time
 import traceback
 from pathlib import Path
@@ -23,6 +25,7 @@ from trainer.fsutil import write_bytes
 from trainer.guard import serving_refusal
 from trainer.jobspec import JobError, JobSpec, load_job, shape_of
 from trainer.models import META_FILE, LoadedModel, load_base, wrap_for_training
+from trainer.push import Pusher, PushError, load_pusher
 from trainer.reporting import StatusFile, TrainLog
 
 __all__ = ["EXIT_BAD_JOB", "EXIT_CAP", "EXIT_DISK_FULL", "EXIT_FAILED", "EXIT_FINISHED",
@@ -85,6 +88,7 @@ class _Run:
         self.root = spec.job_dir / "checkpoints"
         self.step = 0
         self.last_checkpoint_step: int | None = None
+        self.pusher: Pusher | None = None
 
     def elapsed_s(self) -> float:
         return time.monotonic() - self.started
@@ -94,6 +98,10 @@ class _Run:
         import torch
 
         spec = self.spec
+        try:
+            self.pusher = load_pusher(spec.job_dir)
+        except PushError as e:
+            self.log.event("push_disabled", reason=str(e))
         torch.manual_seed(spec.seed)
         random.seed(spec.seed)
         rows = read_rows(spec.resolve(spec.train_file), task=spec.task)
@@ -176,6 +184,9 @@ class _Run:
                 break
             if self.slice_steps is not None and self.step - first_step >= self.slice_steps:
                 break
+            if _STOP.is_set():
+                self.log.event("stop_requested", step=self.step, signal="SIGTERM")
+                break
             idx = batch_indices(seed=spec.seed, step=self.step, per_step=per_step, n_rows=len(self.encoded))
             loss_sum = 0.0
             for m in range(spec.grad_accum):
@@ -238,6 +249,19 @@ class _Run:
         self.log.event("checkpoint", step=self.step, dir=final.name, save_s=round(time.perf_counter() - t0, 4),
                        pruned=",".join(c.path.name for c in removed) or "-")
         self.status.update(phase="training", last_checkpoint_step=self.step)
+        self.push(final, f"checkpoints/{final.name}")
+
+    def push(self, local: Path, rel: str) -> None:
+        """Push mode: upload a complete directory; a failure is logged, never fatal."""
+        if self.pusher is None:
+            return
+        t0 = time.perf_counter()
+        try:
+            sent = self.pusher.push_dir(local, rel)
+        except (PushError, OSError) as e:
+            self.log.event("push_failed", dir=rel, reason=str(e))
+            return
+        self.log.event("pushed", dir=rel, bytes=sent, push_s=round(time.perf_counter() - t0, 4))
 
     def finish(self) -> None:
         spec = self.spec
@@ -254,6 +278,7 @@ class _Run:
 
         ckpt.write_dir_atomically(spec.job_dir / "adapter", fill, marker={"step": self.step, "kind": "adapter"})
         self.log.event("adapter", step=self.step, dir="adapter")
+        self.push(spec.job_dir / "adapter", "adapter")
         result = self.evaluate() if spec.eval_file else None
         if result is not None:
             self.log.event("eval", step=self.step, **result)
@@ -297,9 +322,23 @@ def _is_disk_full(exc: BaseException) -> bool:
     return False
 
 
+_STOP = threading.Event()
+
+
+def _on_sigterm(signum: int, frame: Any) -> None:
+    _STOP.set()
+
+
 def run_job(job_dir: Path, *, max_seconds: float | None = None, slice_steps: int | None = None) -> int:
-    """Run one slice of the job in `job_dir`; return the process exit code."""
+    """Run one slice of the job in `job_dir`; return the process exit code.
+
+    SIGTERM (what marketplaces send before stopping a container) ends the slice like the cap:
+    at the next step boundary, after a checkpoint, exit 3.
+    """
     started = time.monotonic()
+    _STOP.clear()
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _on_sigterm)
     job_dir = Path(job_dir)
     refusal = serving_refusal()
     if not job_dir.is_dir():

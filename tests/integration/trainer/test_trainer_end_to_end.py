@@ -94,3 +94,51 @@ def test_bad_job_field_is_named_in_train_log(tmp_path: Path, tiny_model: Path, r
     assert result.returncode == 2
     event, fields = _last_line(job)
     assert event == "failed" and "'checkpoint_every'" in fields["reason"]
+
+
+@pytest.mark.slow
+def test_sigterm_checkpoints_and_exits_resumable(tmp_path: Path, tiny_model: Path, trainer_env: Env) -> None:
+    """SIGTERM during training ends the slice at a step boundary with a checkpoint of that step, exit 3."""
+    import signal
+    import sys
+
+    from trainer import checkpoint as ckpt
+
+    job = write_causal_job(tmp_path / "job", base_model=tiny_model, max_steps=100000, checkpoint_every=100000,
+                           warmup_steps=0, eval_file=None)
+    proc = subprocess.Popen([sys.executable, "-m", "trainer", "run", "--job-dir", str(job)],
+                            env=trainer_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        for _ in range(2400):  # bounded wait (at most ~120 s) for the first steps
+            status = json.loads((job / "status.json").read_text()) if (job / "status.json").exists() else {}
+            if status.get("phase") == "training" and "step step=2 " in (job / "train.log").read_text():
+                break
+            try:
+                proc.wait(timeout=0.05)
+            except subprocess.TimeoutExpired:
+                continue
+            pytest.fail("the trainer exited before training")
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == 3
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    latest = ckpt.find_latest(job / "checkpoints")
+    event, fields = _last_line(job)
+    assert event == "cap" and latest is not None and latest.step == int(fields["step"]) >= 2
+
+
+def test_full_precision_job_trains_and_predicts_in_process(tmp_path: Path, tiny_model: Path) -> None:
+    """quantization "none" trains a LoRA on the full-precision base, and predict reads its adapter."""
+    job = write_causal_job(tmp_path / "job", base_model=tiny_model, max_steps=3, checkpoint_every=3,
+                           warmup_steps=0, quantization="none", lr_schedule="linear")
+    assert run_job(job) == 0
+    meta = json.loads((job / "adapter" / "trainer_meta.json").read_text())
+    assert (meta["quantization"], meta["steps"]) == ("none", 3)
+    rows = write_jsonl(tmp_path / "in.jsonl", [{"id": "x", "prompt": "blue dog ->"}])
+    out = tmp_path / "out.jsonl"
+    assert main_predict(job_dir=job, base_model=None, adapter=None, input_path=rows, output_path=out,
+                        max_new_tokens=3) == 0
+    assert json.loads(out.read_text())["id"] == "x"
+    bad = write_jsonl(tmp_path / "bad.jsonl", [{"prompt": "no id"}])
+    assert main_predict(job_dir=job, base_model=None, adapter=None, input_path=bad, output_path=out) == 2

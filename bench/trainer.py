@@ -1,0 +1,173 @@
+"""The trainer's overheads, as a markdown table.
+
+    python bench/trainer.py                       # defaults: ~60 s job, 20 s slices
+    python bench/trainer.py --steps 400 --slice-seconds 20
+
+One tiny NF4 causal-LM job (a random Qwen2 written on the spot, no downloads), run four ways:
+  1. `python -m trainer run` uninterrupted;
+  2. the same job as slices of --slice-seconds (`--max-seconds`), each a new process that resumes;
+  3. a plain transformers/peft loop over the same model and the same batches (no checkpoints,
+     no logs, no status file), in its own process.
+Reported: wall time of (2) over (1) (every slice pays its own start-up, as on a host), checkpoint
+save and load time (from train.log), peak RSS of each process, and training steps/s of the trainer
+against the plain loop (steps/s counted from the first to the last step, start-up excluded).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from trainer.reporting import parse_line  # noqa: E402
+from trainer.testing import write_causal_job  # noqa: E402
+from trainer.tiny import write_tiny_causal_lm  # noqa: E402
+
+PLAIN_LOOP = r'''
+import json, os, sys, time
+os.environ["HF_HUB_OFFLINE"] = "1"
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer, BitsAndBytesConfig
+from peft import LoraConfig, get_peft_model, prepare_model_for_kbit_training
+sys.path.insert(0, sys.argv[2])
+from trainer.data import batch_indices, collate, encode_rows, read_rows
+job_dir = sys.argv[1]
+job = json.load(open(os.path.join(job_dir, "job.json")))
+torch.manual_seed(job["seed"])
+tok = AutoTokenizer.from_pretrained(job["base_model"])
+q = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_compute_dtype=torch.float32,
+                       bnb_4bit_use_double_quant=True)
+model = AutoModelForCausalLM.from_pretrained(job["base_model"], quantization_config=q, dtype=torch.float32)
+model = prepare_model_for_kbit_training(model, use_gradient_checkpointing=False)
+lora = job["lora"]
+model = get_peft_model(model, LoraConfig(r=lora["r"], lora_alpha=lora["alpha"], lora_dropout=lora.get("dropout", 0.0),
+                                         target_modules=lora["target_modules"], task_type="CAUSAL_LM"))
+rows = read_rows(os.path.join(job_dir, job["train_file"]), task="causal_lm")
+enc = encode_rows(rows, tok, task="causal_lm", max_seq_len=job["max_seq_len"])
+params = [p for p in model.parameters() if p.requires_grad]
+opt = torch.optim.AdamW(params, lr=job["learning_rate"], weight_decay=0.0)
+sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0)
+model.train()
+bs = job["batch_size"]
+t0 = None
+for step in range(job["max_steps"]):
+    idx = batch_indices(seed=job["seed"], step=step, per_step=bs, n_rows=len(enc))
+    batch = collate([enc[i] for i in idx], pad_id=tok.pad_token_id, task="causal_lm")
+    loss = model(**batch).loss
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(params, 1.0)
+    opt.step(); sched.step(); opt.zero_grad(set_to_none=True)
+    if step == 0:
+        t0 = time.perf_counter()
+print(json.dumps({"steps_per_s": (job["max_steps"] - 1) / (time.perf_counter() - t0)}))
+'''
+
+
+def _run(cmd: list[str], env: dict[str, str]) -> tuple[int, float, float, str]:
+    """(exit code, wall s, peak RSS MiB, stdout) of one process."""
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    assert proc.stdout is not None
+    out = proc.stdout.read()
+    _, status, usage = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    return proc.returncode, time.perf_counter() - t0, usage.ru_maxrss / 1024, out
+
+
+def _events(job: Path, event: str) -> list[dict[str, str]]:
+    lines = [parse_line(x) for x in (job / "train.log").read_text().splitlines()]
+    return [p[2] for p in lines if p is not None and p[1] == event]
+
+
+def _steps_per_s(job: Path) -> float:
+    """Trainer steps/s between the first and the last step line of each slice (start-up excluded)."""
+    steps, seconds = 0, 0.0
+    slice_steps: list[dict[str, str]] = []
+    lines = [parse_line(x) for x in (job / "train.log").read_text().splitlines()]
+    for p in [*lines, None]:
+        if p is None or p[1] == "start":
+            if len(slice_steps) >= 2:
+                steps += int(slice_steps[-1]["step"]) - int(slice_steps[0]["step"])
+                seconds += float(slice_steps[-1]["elapsed_s"]) - float(slice_steps[0]["elapsed_s"])
+            slice_steps = []
+        elif p[1] == "step":
+            slice_steps.append(p[2])
+    return steps / seconds
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--steps", type=int, default=600)
+    ap.add_argument("--checkpoint-every", type=int, default=50)
+    ap.add_argument("--slice-seconds", type=float, default=20.0)
+    ap.add_argument("--hidden", type=int, default=256)
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args()
+    env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", PYTHONPATH=str(REPO))
+    with tempfile.TemporaryDirectory(prefix="bench-trainer-") as tmp:
+        root = Path(tmp)
+        model = write_tiny_causal_lm(root / "model", hidden_size=args.hidden, layers=4)
+        fields: dict[str, Any] = {"max_steps": args.steps, "checkpoint_every": args.checkpoint_every,
+                                  "lr_schedule": "constant", "warmup_steps": 0, "batch_size": 8, "grad_accum": 1,
+                                  "max_seq_len": 64, "eval_file": None, "learning_rate": 1e-3,
+                                  "lora": {"r": 8, "alpha": 16, "dropout": 0.0, "target_modules": ["q_proj", "v_proj"]}}
+        whole = write_causal_job(root / "whole", base_model=model, rows=256, **fields)
+        sliced = write_causal_job(root / "sliced", base_model=model, rows=256, **fields)
+        plain = write_causal_job(root / "plain", base_model=model, rows=256, **fields)
+        trainer = [sys.executable, "-m", "trainer", "run", "--job-dir"]
+
+        code, whole_s, whole_rss, _ = _run([*trainer, str(whole)], env)
+        assert code == 0, f"uninterrupted run failed ({code}); see {whole}/train.log"
+        slices, sliced_s, sliced_rss = 0, 0.0, 0.0
+        while True:
+            code, wall, rss, _ = _run([*trainer, str(sliced), "--max-seconds", str(args.slice_seconds)], env)
+            slices, sliced_s, sliced_rss = slices + 1, sliced_s + wall, max(sliced_rss, rss)
+            if code == 0:
+                break
+            assert code == 3 and slices < 100, f"slice failed ({code})"
+        code, plain_s, plain_rss, out = _run([sys.executable, "-c", PLAIN_LOOP, str(plain), str(REPO)], env)
+        assert code == 0, "plain loop failed"
+        plain_sps = json.loads(out.strip().splitlines()[-1])["steps_per_s"]
+
+        saves = [float(e["save_s"]) for e in _events(whole, "checkpoint") + _events(sliced, "checkpoint")]
+        loads = [float(e["load_s"]) for e in _events(sliced, "resume")]
+        trainer_sps = _steps_per_s(whole)
+        result = {
+            "steps": args.steps, "slices": slices, "uninterrupted_s": round(whole_s, 2),
+            "sliced_s": round(sliced_s, 2), "wall_ratio": round(sliced_s / whole_s, 3),
+            "checkpoint_save_median_s": round(statistics.median(saves), 4),
+            "checkpoint_load_median_s": round(statistics.median(loads), 4) if loads else None,
+            "peak_rss_mib_trainer": round(max(whole_rss, sliced_rss), 1), "peak_rss_mib_plain": round(plain_rss, 1),
+            "trainer_steps_per_s": round(trainer_sps, 2), "plain_steps_per_s": round(plain_sps, 2),
+            "steps_per_s_ratio": round(trainer_sps / plain_sps, 3),
+        }
+    if args.json:
+        print(json.dumps(result))
+        return 0
+    print(f"Tiny NF4 Qwen2 (hidden {args.hidden}, 4 layers), {args.steps} steps, batch 8 x 64 tokens, "
+          f"checkpoint every {args.checkpoint_every}, CPU, torch threads {os.cpu_count()}\n")
+    print("| measure | value | target |")
+    print("|---|---|---|")
+    print(f"| uninterrupted wall s | {result['uninterrupted_s']} | |")
+    print(f"| {slices} slices of {args.slice_seconds:g} s, wall s | {result['sliced_s']} | |")
+    print(f"| wall ratio sliced / uninterrupted | {result['wall_ratio']} | <= 1.10 |")
+    print(f"| checkpoint save, median s | {result['checkpoint_save_median_s']} | |")
+    print(f"| checkpoint load (resume), median s | {result['checkpoint_load_median_s']} | |")
+    print(f"| peak RSS trainer / plain loop MiB | {result['peak_rss_mib_trainer']} / {result['peak_rss_mib_plain']} | |")
+    print(f"| steps/s trainer / plain loop | {result['trainer_steps_per_s']} / {result['plain_steps_per_s']} | |")
+    print(f"| steps/s ratio | {result['steps_per_s_ratio']} | >= 0.95 |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
