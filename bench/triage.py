@@ -53,7 +53,7 @@ def bench_chain(rows: list[dict]) -> dict:
     from app.triage.digest import digest
     from app.triage.specialist import default_specialist
 
-    spec = default_specialist()
+    spec = default_specialist(require_promotion=False)
     if spec is None:
         return {"chain": "no specialist adapter shipped (app/triage/log_doctor/adapter)"}
     evalish = [r for r in rows if r["split"] != "train"]

@@ -114,8 +114,8 @@ class TriageChain:
                     notes[i].append(f"specialist unavailable: {exc}")
             if len(scores) != len(residue):
                 scores = []
-            still = []
-            for i, s in zip(residue, scores, strict=True):
+            still = [] if scores else list(residue)
+            for i, s in zip(residue, scores, strict=True) if scores else ():
                 state, p = _top(s)
                 if state is None:
                     still.append(i)
@@ -126,8 +126,6 @@ class TriageChain:
                 else:
                     best[i] = (state, p, "specialist", ev)
                     still.append(i)
-            if not scores:
-                still = list(residue)
 
         for i in still:
             state, conf, stage, ev = best[i]

