@@ -455,6 +455,11 @@ _rule("python-bug", "data_error", 40, ("error:", "exception:", "assertionerror")
       r"|ZeroDivisionError|NotImplementedError|RecursionError|UnboundLocalError|LookupError)\b:?",
       confidence=0.55)
 
+_rule("traceback-any", "data_error", 30, ("traceback (most recent call last)", "error: ", "exception: "),
+      r"^Traceback \(most recent call last\)|^[\w.]*(?:Error|Exception): ", confidence=0.45)
+_rule("abort", "cuda_fault", 35, ("aborted (core dumped)", "sigabrt", "terminate called"),
+      r"Aborted \(core dumped\)|SIGABRT|terminate called after throwing", confidence=0.45)
+
 # --- completed ------------------------------------------------------------------------------------
 _rule("completed", "completed", 50,
       ("training is", "run is", "run complete", "run done", "final adapter saved", "training completed", "train_runtime", "train metrics", "training complete", "stopped:", "after training is done", "finished training", "training finished", "training done", "run finished", "saving final", "final model saved", "status: completed", "done training", "finished step="),
