@@ -22,13 +22,32 @@ if TYPE_CHECKING:
     from app.alerts import Notifier, OutboxNotifier
     from app.jobs import JobStore
     from app.market import Market
+    from app.policy.provisioning import PreflightResult
     from app.reputation import ReputationStore
+    from app.services.provisioning import ProvisioningService
+    from app.ssh import KeyPair
     from app.triage.chain import TriageChain
     from gate.service import GateService
 
 __all__ = [
-    "budget", "check_worker_config", "engine", "enqueue_job", "gate", "jobs", "ledger", "market", "notifier",
-    "reputation", "require_broker", "settings", "sim_campaign", "sim_serve", "triage_chain",
+    "budget",
+    "check_worker_config",
+    "engine",
+    "enqueue_job",
+    "gate",
+    "job_keypair",
+    "jobs",
+    "ledger",
+    "market",
+    "notifier",
+    "provisioning",
+    "reputation",
+    "require_broker",
+    "settings",
+    "sim_campaign",
+    "sim_serve",
+    "ssh_preflight",
+    "triage_chain",
 ]
 
 
@@ -88,7 +107,7 @@ def enqueue_job(job_id: str) -> None:
     """Hand a submitted job to the fleet: its id goes on the provision queue."""
     from workers.celery_app import app as celery_app
 
-    celery_app.send_task("tuneharness.provision.accept_job", args=[job_id], queue="provision")
+    celery_app.send_task("tuneharness.provision.provision", args=[job_id], queue="provision")
 
 
 def budget(s: Settings | None = None) -> Budget:
@@ -207,3 +226,85 @@ def triage_chain(*, with_specialist: bool = True, with_llm: bool = True) -> Tria
     config = LlmConfig.from_env(os.environ) if with_llm else None
     escalation = LlmEscalation(config, ledger()) if config is not None else None
     return TriageChain(specialist=specialist, escalation=escalation)
+
+
+def job_keypair(job_id: str, s: Settings | None = None) -> KeyPair:
+    """The job's own SSH keypair under TUNEHARNESS_HOME/keys/<job> (made on first use)."""
+    from app.ssh import KeyPair, generate_keypair
+
+    s = s or settings()
+    directory = s.home / "keys" / job_id
+    private = directory / "id_ed25519"
+    if private.exists():
+        return KeyPair(private, (directory / "id_ed25519.pub").read_text(encoding="utf-8").strip())
+    return generate_keypair(directory, comment=f"tuneharness-{job_id}")
+
+
+_PREFLIGHT_COMMAND = (
+    "PY=$(command -v python3 || command -v python); $PY -c \""
+    "import importlib.util, sys; s = importlib.util.spec_from_file_location('p', 'tuneharness_preflight.py'); "
+    "m = importlib.util.module_from_spec(s); s.loader.exec_module(m); sys.exit(m.main_preflight())\""
+)
+
+
+def ssh_preflight(market: Market, job_id: str, instance_id: str) -> PreflightResult:
+    """Push trainer/preflight.py to the host over SSH, run it, read its one JSON line."""
+    import json
+    from pathlib import Path
+
+    from app.policy.preflight import PreflightReport
+    from app.policy.provisioning import PreflightResult
+    from app.ssh import CommandTimedOut, FileHostKeyPin, SSHError, SSHHostShell
+
+    inst = market.status(instance_id)
+    if inst.ssh is None:
+        return PreflightResult(None, "ssh_unreachable", f"no SSH endpoint (state {inst.state})")
+    key = job_keypair(job_id)
+    pin = FileHostKeyPin(key.private_key_path.parent / f"host-{market.name}-{instance_id}.pub")
+    shell = SSHHostShell(inst.ssh, key.private_key_path, pin=pin)
+    script = Path(__file__).resolve().parents[1] / "trainer" / "preflight.py"
+    try:
+        # Pushed next to the session's home: the host needs only python and torch, not our code.
+        shell.put(script, "tuneharness_preflight.py")
+        res = shell.run(_PREFLIGHT_COMMAND, timeout_s=180)
+    except CommandTimedOut as exc:
+        return PreflightResult(None, "timeout", str(exc))
+    except SSHError as exc:
+        return PreflightResult(None, "ssh_unreachable", str(exc))
+    finally:
+        shell.close()
+    lines = [ln for ln in res.stdout.strip().splitlines() if ln.startswith("{")]
+    if not lines:
+        return PreflightResult(None, "ssh_unreachable", f"no report (exit {res.exit_code}): {res.stderr[-300:]}")
+    return PreflightResult(PreflightReport.from_mapping(json.loads(lines[-1])))
+
+
+def provisioning(s: Settings | None = None) -> ProvisioningService:
+    """The provisioning handler wired to the real markets, SSH and the database.
+
+    With TUNEHARNESS_SIM_URL set, the simulated marketplace's shared clock is used so that boot
+    windows are measured in its (scaled) seconds.
+    """
+    import os
+
+    from app.market import LaunchSpec
+    from app.ports import WallClock
+    from app.services.provisioning import ProvisioningService
+
+    s = s or settings()
+    clock: Any = WallClock()
+    if os.environ.get("TUNEHARNESS_SIM_URL"):
+        found = getattr(market("sim"), "clock", None)
+        if found is not None:
+            clock = found() if callable(found) else found
+
+    def launch_spec_for(job_id: str) -> LaunchSpec:
+        rec = jobs(s).get(job_id)
+        spec = rec.spec if rec is not None else {}
+        needs = spec.get("needs", {})
+        return LaunchSpec(image=str(needs.get("image", "pytorch/pytorch:2.5.1-cuda12.4-cudnn9-runtime")),
+                          disk_gb=float(needs.get("disk_gb", 60.0)), label="",
+                          ssh_public_key=job_keypair(job_id, s).public_key)
+
+    return ProvisioningService(engine(s), market_for=market, clock=clock, run_preflight=ssh_preflight,
+                               launch_spec_for=launch_spec_for)

@@ -27,6 +27,8 @@ data it names are shipped to the host), what it needs from a host, its budget, a
       disk_gb: 60
       min_reliability: 0.98       # optional (default 0.98)
       min_download_mbps: 500      # optional
+      download_gb: 23             # optional: image + model pulled (ranking, reservation)
+      train_hours: 0.5            # optional: expected training time (ranking, reservation)
     budget_usd: 5.00
     gate: gate.json               # optional: a gate.json path or the gate inline
 
@@ -49,7 +51,7 @@ from sqlmodel import Field, SQLModel
 
 from app.db import read_connection, write_transaction
 from app.errors import UserError
-from app.policy.ranking import Requirements
+from app.policy.ranking import JobShape, Requirements
 
 __all__ = [
     "JOB_PHASES",
@@ -61,6 +63,7 @@ __all__ = [
     "Needs",
     "load_job_file",
     "parse_job_text",
+    "spec_from_dict",
 ]
 
 JOB_PHASES = ("queued", "provisioning", "training", "evaluating", "done", "failed", "cancelled")
@@ -68,7 +71,7 @@ PROVIDERS = ("vast", "runpod", "sim")
 
 _TOP = ("name", "train", "needs", "budget_usd", "gate")
 _NEEDS = ("gpu", "min_vram_gb", "max_usd_per_hour", "providers", "image", "disk_gb", "num_gpus",
-          "min_reliability", "min_download_mbps")
+          "min_reliability", "min_download_mbps", "download_gb", "train_hours")
 # The trainer's job.json contract (issue 6; trainer/jobspec.py is the authority on the host).
 _TRAIN_REQUIRED = ("base_model", "task", "train_file", "max_steps", "checkpoint_every", "seed",
                    "learning_rate", "batch_size", "max_seq_len", "lora", "quantization")
@@ -101,6 +104,8 @@ class Needs:
     num_gpus: int = 1
     min_reliability: float = 0.98
     min_download_mbps: float = 0.0
+    download_gb: float = 20.0  # image + model the host pulls (for ranking and the reservation)
+    train_hours: float = 1.0  # expected training time at full speed (same)
 
     def requirements(self) -> Requirements:
         """The provisioning policy's filters for this job."""
@@ -124,6 +129,11 @@ class JobSpec:
     source: str = "<job>"
     ship: tuple[str, ...] = field(default=())  # absolute paths to push to the host
 
+    def shape(self) -> JobShape:
+        """What one attempt at this job pulls, trains and stores (for ranking and reservations)."""
+        return JobShape(download_gb=self.needs.download_gb, train_s=self.needs.train_hours * 3600.0,
+                        disk_gb=self.needs.disk_gb)
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "name": self.name,
@@ -133,6 +143,7 @@ class JobSpec:
                 "max_usd_per_hour": self.needs.max_usd_per_hour, "providers": list(self.needs.providers),
                 "image": self.needs.image, "disk_gb": self.needs.disk_gb, "num_gpus": self.needs.num_gpus,
                 "min_reliability": self.needs.min_reliability, "min_download_mbps": self.needs.min_download_mbps,
+                "download_gb": self.needs.download_gb, "train_hours": self.needs.train_hours,
             },
             "budget_usd": self.budget_usd,
             "gate": self.gate if not isinstance(self.gate, Mapping) else dict(self.gate),
@@ -284,7 +295,8 @@ def parse_job_text(text: str, *, source: str = "<job>", base_dir: str | Path = "
                              f"unknown provider {prov!r}", f"use {', '.join(PROVIDERS)}")
         needs_kw["providers"] = provs
     for key, kw in (("min_vram_gb", {"minimum": 0}), ("max_usd_per_hour", {"minimum": 0}), ("disk_gb", {"minimum": 1}),
-                    ("min_reliability", {"minimum": 0, "maximum": 1}), ("min_download_mbps", {"minimum": 0})):
+                    ("min_reliability", {"minimum": 0, "maximum": 1}), ("min_download_mbps", {"minimum": 0}),
+                    ("download_gb", {"minimum": 0}), ("train_hours", {"minimum": 0})):
         if key in raw_needs:
             needs_kw[key] = c.number(raw_needs[key], f"needs.{key}", **kw)  # type: ignore[arg-type]
     if "num_gpus" in raw_needs:
@@ -307,6 +319,14 @@ def parse_job_text(text: str, *, source: str = "<job>", base_dir: str | Path = "
 
     return JobSpec(name=name, train=train, needs=Needs(**needs_kw), budget_usd=budget, gate=gate,
                    base_dir=str(base.resolve()), source=source, ship=tuple(ship))
+
+
+def spec_from_dict(d: Mapping[str, Any]) -> JobSpec:
+    """The JobSpec `JobSpec.to_dict` stored (already validated at submit)."""
+    n = dict(d["needs"])
+    needs = Needs(**{**n, "gpu": tuple(n.get("gpu", ())), "providers": tuple(n.get("providers", ()))})
+    return JobSpec(name=d["name"], train=d["train"], needs=needs, budget_usd=d.get("budget_usd"), gate=d.get("gate"),
+                   base_dir=d.get("base_dir", "."), source=d.get("source", "<job>"), ship=tuple(d.get("ship", ())))
 
 
 def load_job_file(path: str | Path) -> JobSpec:

@@ -38,5 +38,5 @@ def test_submit_records_and_enqueues(th_env: dict[str, str], tmp_path: Path, red
     assert any(c["name"] == job_id and c["cap_usd"] == 2.0 for c in caps)
     assert r.llen("provision") == before + 1
     body = json.loads(r.lindex("provision", 0) or b"{}")
-    assert body["headers"]["task"] == "tuneharness.provision.accept_job"
+    assert body["headers"]["task"] == "tuneharness.provision.provision"
     assert job_id in json.dumps(body)

@@ -79,7 +79,7 @@ def test_a_hostile_market_prices_failed_attempts_in() -> None:
                           records=duds, now=1.0)
     assert quiet[0].delivery_probability > hostile[0].delivery_probability
     assert hostile[0].cost_per_delivered_job_usd > quiet[0].cost_per_delivered_job_usd
-    assert [r.offer.offer_id for r in hostile][0] == "f"
+    assert hostile[0].offer.offer_id == "f"
 
 
 def test_soft_reliability_floor_admits_lower_scores_only_when_nothing_else_is_left() -> None:

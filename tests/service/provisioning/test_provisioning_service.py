@@ -1,0 +1,111 @@
+"""The real-time provisioning handler, driven step by step against SimMarket on a virtual clock."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from app.budget import Budget
+from app.db import init_db, make_engine
+from app.ledger import Ledger
+from app.market import LaunchSpec, Market, OfferQuery
+from app.policy.codec import dump_job, load_job
+from app.policy.preflight import PreflightReport
+from app.policy.provisioning import PreflightResult
+from app.policy.ranking import JobShape, Requirements
+from app.policy.reputation import is_quarantined
+from app.services.provisioning import ProvisioningService, Step
+from providers.sim.clock import VirtualClock
+from providers.sim.market import SimMarket
+from providers.sim.trace import load_trace
+
+SHAPE = JobShape(download_gb=3.0, train_s=120.0, disk_gb=20.0)
+
+
+class Harness:
+    """The smoke trace (frozen, fatal, stale driver, healthy) behind the handler; preflights from truth."""
+
+    def __init__(self, tmp: Path) -> None:
+        self.engine = make_engine(f"sqlite:///{tmp / 'th.db'}")
+        init_db(self.engine)
+        self.clock = VirtualClock()
+        self.market = SimMarket(load_trace("smoke"), self.clock)
+        Budget(self.engine, Ledger(self.engine)).set_cap("job-1", 5.0)
+        self.svc = ProvisioningService(
+            self.engine, market_for=lambda _name: self.market, clock=self.clock, run_preflight=self.preflight,
+            launch_spec_for=lambda _job: LaunchSpec(image="img", disk_gb=20, label="", ssh_public_key="ssh-ed25519 k"),
+        )
+
+    def preflight(self, market: Market, job_id: str, instance_id: str) -> PreflightResult:
+        self.clock.advance(15.0)
+        raw = self.market.referee.preflight_report(instance_id)
+        return PreflightResult(None, "ssh_unreachable", "no SSH") if raw is None else PreflightResult(
+            PreflightReport.from_mapping(raw))
+
+    def drive(self, step: Step, *, limit: int = 500) -> Step:
+        """What the Celery shells do: sleep until wake_at (virtually), run the preflight task, repeat."""
+        for _ in range(limit):
+            if step.handed_over or step.phase in ("failed", "done"):
+                return step
+            if step.preflight_instance:
+                step = self.svc.preflight(step.job_id, step.preflight_instance)
+                continue
+            assert step.wake_at is not None, step
+            if step.wake_at > self.clock.now():
+                self.clock.set(step.wake_at)
+            step = self.svc.step(step.job_id)
+        raise AssertionError("did not settle")
+
+
+def test_three_duds_are_caught_and_the_job_lands_on_the_healthy_host(tmp_path: Path) -> None:
+    """Frozen pull, fatal pull and stale driver are destroyed and quarantined; training goes to m-good."""
+    h = Harness(tmp_path)
+    step = h.drive(h.svc.start("job-1", req=Requirements(), shape=SHAPE))
+    assert step.handed_over is not None and step.phase == "training"
+    assert h.market.status(step.handed_over).machine_id == "m-good"
+    for machine in ("m-frozen", "m-fatal", "m-stale"):
+        view = h.svc.reputation.get("sim", machine)
+        assert view is not None and is_quarantined(view.record, now=h.clock.now())
+    rows = Ledger(h.engine).rows()
+    destroyed = {r.machine: r.payload for r in rows if r.kind == "instance_destroyed"}
+    assert set(destroyed) == {"m-frozen", "m-fatal", "m-stale"}
+    assert all(p.get("by") == "automation" and p.get("evidence") for p in destroyed.values())
+    failed = {r.machine: r.reason for r in rows if r.kind == "host_failed"}
+    assert failed == {"m-frozen": "boot_frozen", "m-fatal": "boot_fatal", "m-stale": "no_compute"}
+    kinds = [r.kind for r in rows]
+    assert kinds.count("instance_created") == 4 and "preflight_passed" in kinds and "training_handed_over" in kinds
+    rental = h.svc.rentals.all(job="job-1")[-1]
+    assert rental.held_work and rental.state == "active"
+
+
+def test_a_redelivered_step_changes_nothing_twice(tmp_path: Path) -> None:
+    """The same queued step run twice from the same state (a redelivered task) creates one instance."""
+    from app.policy.provisioning import MarketView, Tick, new_job
+
+    h = Harness(tmp_path)
+    job = new_job("job-1", req=Requirements(), shape=SHAPE)
+    assert h.svc._save(job, 0, h.clock.now())
+    view = MarketView(offers=tuple(h.market.search_offers(OfferQuery())))
+    first = h.svc._run(job, 1, Tick(view))
+    second = h.svc._run(job, 1, Tick(view))
+    assert first.phase == second.phase == "booting"
+    assert len(h.market.referee.instance_ids()) == 1
+    assert any(r.kind == "provisioning_conflict" for r in Ledger(h.engine).rows(job="job-1"))
+
+
+def test_budget_refusal_creates_nothing(tmp_path: Path) -> None:
+    """A job whose cap cannot cover one attempt never reaches the provider."""
+    h = Harness(tmp_path)
+    Budget(h.engine, Ledger(h.engine)).set_cap("job-2", 0.0)
+    step = h.svc.start("job-2", req=Requirements(), shape=SHAPE)
+    assert step.phase == "queued" and h.market.referee.instance_ids() == []
+    assert any(r.kind == "create_refused" for r in Ledger(h.engine).rows(job="job-2"))
+
+
+def test_state_round_trips_through_json(tmp_path: Path) -> None:
+    """The policy state survives the trip through the database between tasks."""
+    h = Harness(tmp_path)
+    h.svc.start("job-1", req=Requirements(gpu_names=("RTX 3090",)), shape=SHAPE)
+    loaded = h.svc.state("job-1")
+    assert loaded is not None
+    job, version = loaded
+    assert version == 2 and job.phase == "booting" and load_job(dump_job(job)) == job
