@@ -564,22 +564,29 @@ def _needle_positions(low: str) -> dict[str, int]:
 
 
 _GATES = _gates(_ALL_NEEDLES)
+_RULES_BY_NEEDLE: dict[str, tuple[int, ...]] = {
+    n: tuple(i for i, r in enumerate(_RULES) if n in r.needles) for n in _ALL_NEEDLES
+}
 
 
-def _search(rule: _Rule, low: str, positions: dict[str, int]) -> re.Match[str] | None:
-    """The first match of a rule, or None; the regex runs only when one of its needles is present.
+def _match_from(rule: _Rule, low: str, needle_pos: int) -> re.Match[str] | None:
+    """The first match of a rule at or after the line holding its first needle.
 
     Every alternative of a rule's pattern contains one of its needles (a unit test checks this
-    on the corpus), so the search starts at the line of the first needle found.
+    on the corpus), so nothing before that line can match; a rule none of whose needles occur is
+    never run at all.
     """
-    first = min((positions[n] for n in rule.needles if n in positions), default=-1)
-    if first < 0:
-        return None
-    start = low.rfind("\n", 0, first) + 1
+    start = low.rfind("\n", 0, needle_pos) + 1
     for m in rule.pattern.finditer(low, start):
         if rule.check is None or rule.check(m):
             return m
     return None
+
+
+def _search(rule: _Rule, low: str) -> re.Match[str] | None:
+    """The first match of one rule in a lowercased tail (for tests and tools)."""
+    first = min((i for i in (low.find(n) for n in rule.needles) if i >= 0), default=-1)
+    return None if first < 0 else _match_from(rule, low, first)
 
 
 def _line_at(text: str, pos: int) -> str:
@@ -654,12 +661,15 @@ def classify(
     idle_evidence = f"log idle for {idle:.0f}s (stall threshold {stall_after_s:.0f}s)" if idle is not None else ""
 
     hits: list[_Hit] = []
-    positions = _needle_positions(low)
-    for rule in _RULES:
-        m = _search(rule, low, positions)
-        if m is None:
-            continue
-        hits.append(_Hit(rule, m.start(), _line_at(text, m.start())))
+    first: dict[int, int] = {}  # rule index -> first needle position
+    for needle, pos in _needle_positions(low).items():
+        for idx in _RULES_BY_NEEDLE[needle]:
+            if pos < first.get(idx, len(low)):
+                first[idx] = pos
+    for idx in sorted(first):
+        m = _match_from(_RULES[idx], low, first[idx])
+        if m is not None:
+            hits.append(_Hit(_RULES[idx], m.start(), _line_at(text, m.start())))
 
     progress_pos, progress_line = _last_progress(text, low)
     if any(h.rule.name == "nan-grad-norm" for h in hits):
