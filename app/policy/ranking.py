@@ -12,8 +12,8 @@ before it is caught, so with geometric retries:
 
 which ranks a $0.11/h host with dear traffic and a poor record below a $0.14/h host that delivers.
 
-(The marketplace CLI's `expected_cost_usd` lives in `app.policy.pricing`; this module keeps the
-per-job arithmetic the provisioning policy needs.)
+(The all-in price formula is `app.policy.pricing.expected_cost`, shared with the market CLI; this
+module adds the per-job life, the delivery probability and the price of failure.)
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from dataclasses import dataclass, replace
 
 from app.market import Offer
 from app.policy.gpus import same_gpu
+from app.policy.pricing import expected_cost
 from app.policy.reputation import (
     BOOT_FAILURES,
     PREFLIGHT_FAILURES,
@@ -45,7 +46,6 @@ __all__ = [
 
 DEFAULT_INET_DOWN_MBPS = 100.0
 DUD_PULL_FRACTION = 0.6  # assumption: what share of its pull a dud bills before it is caught  # assumed when an offer does not advertise its download speed
-HOURS_PER_MONTH = 720.0
 _DUD_REASONS = BOOT_FAILURES | PREFLIGHT_FAILURES
 
 
@@ -105,13 +105,20 @@ def attempt_cost_usd(
     disk_gb: float,
     overhead_s: float = 0.0,
 ) -> float:
-    """GPU for pull + training + overhead, storage for the disk over that life, and traffic."""
+    """GPU for pull + training + overhead, storage for the disk over that life, and traffic.
+
+    The all-in arithmetic is `app.policy.pricing.expected_cost` (the one formula the market CLI
+    uses too), over the attempt's life.
+    """
     life_s = pull_seconds(download_gb=download_gb, inet_down_mbps=inet_down_mbps) + train_s + overhead_s
-    life_h = life_s / 3600.0
-    gpu_usd = dph_total * life_h
-    storage_usd = (storage_per_gb_month or 0.0) * disk_gb * life_h / HOURS_PER_MONTH
-    traffic_usd = (inet_down_per_gb or 0.0) * download_gb
-    return gpu_usd + storage_usd + traffic_usd
+    return expected_cost(
+        dph_total=dph_total,
+        storage_per_gb_month=storage_per_gb_month,
+        inet_down_per_gb=inet_down_per_gb,
+        hours=life_s / 3600.0,
+        disk_gb=disk_gb,
+        download_gb=download_gb,
+    ).expected_cost_usd
 
 
 def offer_rejection(
