@@ -115,3 +115,13 @@ def test_cli_refuses_an_unknown_policy_in_one_line(tmp_path: Path) -> None:
     out = subprocess.run([sys.executable, "-m", "app.cli.main", "sim", "campaign", "--trace", "smoke", "--policy", "yolo"],
                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=60, check=False)
     assert out.returncode == 2 and out.stderr.count("\n") == 1 and "Fix:" in out.stderr
+
+
+def test_a_verified_host_is_held_and_batched_onto_the_next_job() -> None:
+    """With one healthy host, the second job waits for it and runs on it without another create."""
+    t = trace([host("m-good", 0.10), host("m-stale", 0.12, computes=False)], jobs=2)
+    res = run_campaign(t, policy="guarded")
+    r = res.receipt
+    assert r["jobs_completed"] == 2 and r["creates"] == 2 and r["good_hosts_destroyed"] == 0
+    adopted = [e for e in res.ledger if e["kind"] == "host_adopted"]
+    assert len(adopted) == 1 and adopted[0]["machine"] == "m-good"
