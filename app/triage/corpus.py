@@ -34,7 +34,7 @@ __all__ = [
 DATA_DIR = Path(__file__).parent / "data"
 FRAMEWORKS_TRAIN = ("hf", "accelerate", "deepspeed", "torchrun", "axolotl", "unsloth",
                     "llamafactory", "nanogpt", "plain", "tuneharness")
-FRAMEWORKS_OOD = ("megatron", "lightning")
+FRAMEWORKS_OOD = ("megatron", "lightning")  # plus "custom": scripts' own words, see _CUSTOM
 
 Rng = random.Random
 Lines = list[str]
@@ -621,6 +621,62 @@ def _tail(r: Rng, fw: str, state: str) -> tuple[str, float]:
     return _decorate(r, lines), round(idle, 1)
 
 
+# ------------------------------------------------------------------ custom scripts' own words
+# Failures as a home-grown training script reports them, in words no rule was written for: the
+# `ood:custom` slice measures how the chain generalises to phrasing it has never seen.
+
+_CUSTOM: dict[str, tuple[str, ...]] = {
+    "progressing": ("[train] step {n}/{N} loss={l:.4f} lr={lr:.2e} {t} tok/s",
+                    "[train] step {n}/{N} loss={l:.4f} lr={lr:.2e} {t} tok/s (slow batch, {s}s)"),
+    "completed": ("[train] all {N} steps done; final loss {l:.3f}; adapter written to ./out/adapter",
+                  "SUCCESS: fine-tune finished after {s}s, weights exported to ./export"),
+    "oom": ("[train] FATAL: GPU memory exhausted while allocating activations (need {g} GiB, {f} GiB free)",
+            "[train] FATAL: ran out of VRAM on device {d}; try a smaller batch",
+            "[supervisor] child exited: memory limit exceeded, process terminated by the kernel"),
+    "diverged": ("[train] FATAL: loss jumped from {l:.2f} to {big:.1e} at step {n}; aborting",
+                 "[train] FATAL: weights contain NaN after update {n}; aborting",
+                 "[train] FATAL: gradient norm became infinite at step {n}"),
+    "cuda_fault": ("[train] FATAL: GPU {d} stopped responding (device lost)",
+                   "[train] FATAL: the CUDA runtime reported a hardware fault on device {d}",
+                   "[supervisor] nvidia driver crashed; GPU {d} unavailable"),
+    "data_error": ("[data] FATAL: sample {n} in train.jsonl is missing the 'completion' field",
+                   "[data] FATAL: bad record at line {n}: expected an object, got a list",
+                   "[data] FATAL: prompt template references an undefined variable 'system'"),
+    "io_error": ("[ckpt] FATAL: could not write checkpoint-{n}: the volume is full",
+                 "[ckpt] FATAL: uploading checkpoint-{n} to the bucket timed out after 3 tries",
+                 "[hub] FATAL: fetching model weights failed with HTTP 503"),
+    "stalled": ("[dist] FATAL: all-reduce did not complete within {s}s on rank {d}",
+                "[dist] FATAL: waiting for rank {d} to join... gave up after 40 attempts",
+                "[watchdog] no training step completed in the last {m} minutes; the run appears hung"),
+}
+
+
+def _custom_tail(r: Rng, state: str) -> tuple[str, float]:
+    total = r.choice((200, 1000, 5000))
+    lines = [f"[train] starting run {r.getrandbits(32):08x} on {r.choice(_GPUS)}", *_warnings(r)[:2]]
+    for i in range(r.randint(2, 6)):
+        lines.append(_CUSTOM["progressing"][0].format(n=(i + 1) * 10, N=total, l=r.uniform(0.5, 3), lr=r.uniform(1e-5, 3e-4),
+                                                      t=r.randint(500, 9000), s=r.randint(2, 9)))
+    if state != "progressing":
+        lines.append(r.choice(_CUSTOM[state]).format(
+            n=r.randint(10, 5000), N=total, l=r.uniform(0.5, 3), lr=r.uniform(1e-5, 3e-4), t=r.randint(500, 9000),
+            s=r.randint(300, 9000), g=round(r.uniform(0.5, 9), 2), f=round(r.uniform(0, 0.5), 2), d=r.randint(0, 7),
+            big=r.uniform(1e6, 1e12), m=r.randint(30, 120)))
+    idle = r.uniform(0, 240) if state in ("progressing", "stalled") else r.uniform(0, 3000)
+    return "\n".join(lines) + "\n", round(idle, 1)
+
+
+def _generate_custom(seed: int, per_state: int) -> Iterator[dict[str, Any]]:
+    r = random.Random(seed)
+    n = 0
+    for state in STATES:
+        for _ in range(per_state):
+            log, idle = _custom_tail(r, state)
+            yield {"id": f"ood-custom-{n:04d}", "log": log, "idle_seconds": idle, "state": state,
+                   "framework": "custom", "split": "ood"}
+            n += 1
+
+
 def _generate(seed: int, frameworks: tuple[str, ...], per_cell: int, split: str) -> Iterator[dict[str, Any]]:
     r = random.Random(seed)
     n = 0
@@ -652,7 +708,8 @@ def build(seed: int = 8, *, per_cell_train: int = 18, per_cell_eval: int = 5, pe
     return {
         "train": list(_generate(seed, FRAMEWORKS_TRAIN, per_cell_train, "train")),
         "eval": list(_generate(seed + 1000, FRAMEWORKS_TRAIN, per_cell_eval, "eval")),
-        "ood": list(_generate(seed + 2000, FRAMEWORKS_OOD, per_cell_ood, "ood")),
+        "ood": [*_generate(seed + 2000, FRAMEWORKS_OOD, per_cell_ood, "ood"),
+                *_generate_custom(seed + 3000, max(1, per_cell_ood // 2))],
         "handwritten": handwritten(),
     }
 
