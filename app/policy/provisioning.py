@@ -414,6 +414,14 @@ def _on_created(
     if job.phase != "queued":
         return job, []
     if obs.instance_id is None:
+        if obs.error and obs.error.startswith("budget"):
+            # The budget refused the reservation: nothing was rented; wait for money to free up
+            # (or for the operator to raise the cap), and give up after max_offer_wait_s.
+            since = job.waiting_since if job.waiting_since is not None else now
+            if now - since >= cfg.max_offer_wait_s:
+                failed = replace(job, phase="failed", failure=f"budget refused every create for {now - since:.0f}s: {obs.error}")
+                return failed, [GaveUp(job.job_id, failed.failure or "")]
+            return replace(job, waiting_since=since), [WakeAt(job.job_id, now + cfg.queue_retry_s)]
         # Offer taken or provider busy: no money spent, try the next offer at once.
         return job, [WakeAt(job.job_id, now)]
     offer = obs.offer

@@ -276,9 +276,17 @@ class ProvisioningService:
             download_gb=shape.download_gb, train_s=shape.train_s, disk_gb=shape.disk_gb, overhead_s=shape.overhead_s)
         spec = self.launch_spec_for(job.job_id)
         rental_id = f"{job.job_id}:{attempt}"
+        caps = self.rentals.budget.caps()
+        budget_name = job.job_id if job.job_id in caps else "default"
+        if budget_name not in caps:
+            why = (f"budget: no cap for job {job.job_id} and no 'default' cap. Fix: give the job file a budget_usd, "
+                   "or tuneharness budget set default --cap-usd N")
+            self.ledger.append(Event(kind="create_refused", job=job.job_id, reason=why,
+                                     idempotency_key=f"refused:{rental_id}:{int(now)}"))
+            return CreateResult(offer, None, why)
         try:
             self.rentals.plan(job=job.job_id, attempt=attempt, offer=offer, disk_gb=spec.disk_gb, ttl_s=self.ttl_s,
-                              now=now, reserve_usd=reserve, budget_name=job.job_id, spec=spec)
+                              now=now, reserve_usd=reserve, budget_name=budget_name, spec=spec)
         except BudgetExceeded as exc:
             self.ledger.append(Event(kind="create_refused", job=job.job_id, reason=str(exc),
                                      idempotency_key=f"refused:{rental_id}:{int(now)}"))

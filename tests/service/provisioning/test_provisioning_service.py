@@ -98,7 +98,17 @@ def test_budget_refusal_creates_nothing(tmp_path: Path) -> None:
     Budget(h.engine, Ledger(h.engine)).set_cap("job-2", 0.0)
     step = h.svc.start("job-2", req=Requirements(), shape=SHAPE)
     assert step.phase == "queued" and h.market.referee.instance_ids() == []
+    assert step.wake_at == h.clock.now() + h.svc.cfg.queue_retry_s
     assert any(r.kind == "create_refused" for r in Ledger(h.engine).rows(job="job-2"))
+
+
+def test_a_job_without_any_cap_is_refused_with_the_fix(tmp_path: Path) -> None:
+    """No cap for the job and no default cap: nothing is rented and the refusal says what to do."""
+    h = Harness(tmp_path)
+    step = h.svc.start("job-9", req=Requirements(), shape=SHAPE)
+    assert step.phase == "queued" and h.market.referee.instance_ids() == []
+    refused = [r for r in Ledger(h.engine).rows(job="job-9") if r.kind == "create_refused"]
+    assert refused and "budget set default" in refused[0].reason
 
 
 def test_state_round_trips_through_json(tmp_path: Path) -> None:

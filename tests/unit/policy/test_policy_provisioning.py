@@ -210,3 +210,12 @@ def test_no_offer_waits_then_gives_up() -> None:
     assert acts == [WakeAt("job-1", CFG.queue_retry_s)]
     j, acts = decide(j, Tick(MarketView()), CFG.max_offer_wait_s, cfg=CFG)
     assert j.phase == "failed" and isinstance(acts[0], GaveUp)
+
+
+def test_budget_refusal_waits_then_gives_up() -> None:
+    """A create the budget refused is retried later, not at once, and given up after the wait limit."""
+    j, acts = decide(job(), CreateResult(offer("a"), None, "budget: cap reached"), 0.0, cfg=CFG)
+    assert j.phase == "queued" and acts == [WakeAt("job-1", CFG.queue_retry_s)]
+    j, acts = decide(j, CreateResult(offer("a"), None, "budget: cap reached"), CFG.max_offer_wait_s, cfg=CFG)
+    assert j.phase == "failed" and isinstance(acts[0], GaveUp)
+
