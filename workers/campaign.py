@@ -257,7 +257,7 @@ class _Campaign:
         att = job.attempt
         obs: Observation
         if job.phase == "queued":
-            obs = Tick(view=self._view(job), jitter_u=self.rng.random())
+            obs = Tick(view=self._view(job))
         elif att is None:
             return
         elif job.phase in ("booting", "preflight"):
@@ -272,7 +272,7 @@ class _Campaign:
         pending: list[tuple[str, Observation]] = [(job_id, obs)]
         while pending:
             jid, o = pending.pop(0)
-            job, actions = decide(self.jobs[jid], o, self.clock.now(), cfg=self.cfg)
+            job, actions = decide(self.jobs[jid], o, self.clock.now(), cfg=self.cfg, jitter_u=self.rng.random())
             self.jobs[jid] = job
             for act in actions:
                 follow = self._apply(act)

@@ -91,6 +91,7 @@ class ProvisioningConfig:
     backoff_base_s: float = 5.0
     backoff_cap_s: float = 300.0
     queue_retry_s: float = 30.0  # no offer fits now: look again this much later
+    jitter_u: float = 0.5  # set per decision by `decide(..., jitter_u=)`; 0.5 = no jitter
     max_offer_wait_s: float = 6 * 3600.0  # no offer fits for this long: give the job up
 
 
@@ -185,7 +186,6 @@ class Tick:
     """Time to act (queued jobs pick an offer)."""
 
     view: MarketView = MarketView()
-    jitter_u: float = 0.5
 
 
 @dataclass(frozen=True, slots=True)
@@ -354,9 +354,13 @@ def choose_host(
 
 
 def decide(
-    job: JobState, obs: Observation, now: float, *, cfg: ProvisioningConfig
+    job: JobState, obs: Observation, now: float, *, cfg: ProvisioningConfig, jitter_u: float = 0.5
 ) -> tuple[JobState, list[Action]]:
-    """Fold one observation into the job; return the new state and what to do."""
+    """Fold one observation into the job; return the new state and what to do.
+
+    `jitter_u` (uniform in [0, 1), drawn by the driver: the policy draws no random numbers)
+    spreads the retry backoff.
+    """
     if job.phase in ("done", "failed"):
         return job, []
     if isinstance(obs, Tick):
@@ -368,6 +372,7 @@ def decide(
     att = job.attempt
     if att is None:
         return job, []
+    cfg = replace(cfg, jitter_u=jitter_u)
     if isinstance(obs, FailureSeen):
         return _on_failure_seen(job, att, obs, now, cfg)
     if job.phase == "booting" and isinstance(obs, Polled):
@@ -465,7 +470,7 @@ def _fail_attempt(
         acts.append(Stop(job.job_id, att.instance_id, att.machine_id, reason, evidence))
     acts.append(Record(att.machine_id, att.provider, "failure", reason, evidence))
     failures = job.failures_in_row + 1
-    wait = backoff_s(failures=failures, base_s=cfg.backoff_base_s, cap_s=cfg.backoff_cap_s)
+    wait = backoff_s(failures=failures, base_s=cfg.backoff_base_s, cap_s=cfg.backoff_cap_s, jitter_u=cfg.jitter_u)
     job = replace(
         job,
         phase="queued",

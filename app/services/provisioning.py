@@ -157,7 +157,7 @@ class ProvisioningService:
         job, version = loaded
         obs: Observation | None = None
         if job.phase == "queued":
-            obs = Tick(view=self._view(job), jitter_u=self.rng.random())
+            obs = Tick(view=self._view(job))
         elif job.phase in ("booting", "preflight") and job.attempt is not None:
             obs = Polled(self.market_for(job.attempt.provider).status(job.attempt.instance_id))
         if obs is None:
@@ -191,7 +191,7 @@ class ProvisioningService:
         handed_over: str | None = None
         while pending:
             obs = pending.pop(0)
-            job, actions = decide(job, obs, self.clock.now(), cfg=self.cfg)
+            job, actions = decide(job, obs, self.clock.now(), cfg=self.cfg, jitter_u=self.rng.random())
             for act in actions:
                 if isinstance(act, WakeAt):
                     wake_at = act.at
