@@ -184,3 +184,15 @@ def test_rules_are_fast_on_corpus_tails() -> None:
     for r in rows:
         classify(r["log"], idle_seconds=r["idle_seconds"])
     assert time.process_time() - t0 < 1.0
+
+
+def test_the_docs_report_renders_per_state_tables_and_confusion_matrices() -> None:
+    """docs/triage.md's measured part is generated: precision/recall per state and a confusion matrix per split."""
+    from app.triage.report import per_state, render
+
+    text = render()
+    assert text.count("confusion (rows: expected, columns: predicted)") >= 3
+    for state in STATES:
+        assert f"| `{state}` |" in text
+    stats = per_state([("oom", "oom"), ("oom", "stalled"), ("stalled", "stalled")])
+    assert stats["oom"]["recall"] == 0.5 and stats["stalled"]["precision"] == 0.5
