@@ -31,6 +31,11 @@ def _rentals() -> Rentals:
     return Rentals(bootstrap.engine())
 
 
+def _job_phase(job_id: str) -> str | None:
+    record = bootstrap.jobs().get(job_id)
+    return None if record is None else record.phase
+
+
 def _summary(report: guardrails.SweepReport) -> dict[str, Any]:
     return {"examined": report.examined, "stopped": report.stopped, "adopted": report.adopted,
             "lost": report.lost, "errors": report.errors, "warnings": report.warnings}
@@ -41,7 +46,7 @@ def idle_watchdog(self: Any) -> dict[str, Any]:
     """Stop instances idle past the grace period (never destroy)."""
     rentals = _rentals()
     report = guardrails.sweep_idle(rentals, _markets(rentals), now=time.time(),
-                                   notifier=bootstrap.notifier(), grace_s=IDLE_GRACE_S)
+                                   notifier=bootstrap.notifier(), grace_s=IDLE_GRACE_S, job_phase=_job_phase)
     record_success(rentals.engine, "idle-watchdog", time.time())
     return _summary(report)
 

@@ -34,7 +34,9 @@ _LABEL_RE = re.compile(r"^th-(?P<job>[A-Za-z0-9_.-]+?)-a(?P<attempt>\d+)-k(?P<ki
 IDLE_GRACE_S = 30 * 60.0
 IDLE_THRESHOLD_PCT = 5.0
 # A job in these phases is busy without using the GPU: never idle.
-BUSY_WITHOUT_GPU = frozenset({"pulling", "loading", "between_slices", "checkpointing", "preflight"})
+BUSY_WITHOUT_GPU = frozenset({
+    "provisioning", "pulling", "loading", "between_slices", "checkpointing", "preflight", "evaluating",
+})
 
 
 def label_for(job: str, attempt: int, kill_at: float) -> str:
