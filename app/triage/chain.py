@@ -24,6 +24,7 @@ from app.triage.rules import (
     Verdict,
     action_for,
     classify,
+    normalise,
 )
 from app.triage.specialist import Specialist, SpecialistFailed
 
@@ -131,7 +132,7 @@ class TriageChain:
             state, conf, stage, ev = best[i]
             answer: EscalationResult | None = None
             if self.escalation is not None:
-                answer = self.escalation.ask(digests[i], row_id=rows[i].id, job=rows[i].job)
+                answer = self.escalation.ask(_llm_prompt(rows[i], digests[i]), row_id=rows[i].id, job=rows[i].job)
             if answer is not None and answer.state is not None:
                 results[i] = TriageResult(rows[i].id, answer.state, "llm", 0.8,
                                           action_for(answer.state, verdicts[i].evidence),
@@ -142,6 +143,16 @@ class TriageChain:
             results[i] = TriageResult(rows[i].id, state, stage, conf, action_for(state, ev), ev,
                                       needs_operator=True, notes=(*notes[i], why))
         return [r for r in results if r is not None]
+
+
+_LLM_TAIL_CHARS = 3000
+
+
+def _llm_prompt(row: TriageInput, digest_text: str) -> str:
+    """The digest plus the raw end of the log (bounded), so the LLM sees context the digest cut."""
+    tail = normalise(row.log, max_chars=_LLM_TAIL_CHARS)
+    idle = "unknown" if row.idle_seconds is None else f"{row.idle_seconds:.0f}"
+    return f"seconds since the log last grew: {idle}\n\nsalient lines: {digest_text}\n\nlast part of the log:\n{tail}"
 
 
 def _rules_state(v: Verdict) -> str:
