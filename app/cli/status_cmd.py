@@ -1,0 +1,159 @@
+"""`tuneharness status [--watch] [--json]`: running jobs, their hosts, and how recoveries went.
+
+Reads only (the job table, the supervisor's last look at each job, rentals, reputation and the
+ledger); works with nothing running. Times are on the provisioning clock (the simulator's scaled
+clock when TUNEHARNESS_SIM_URL is set and reachable, else the wall clock).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Any
+
+import typer
+
+__all__ = ["collect", "register", "status"]
+
+WINDOW_S = 30 * 24 * 3600.0
+
+
+def register(cli: typer.Typer) -> None:
+    """Add `status` as a top-level command."""
+    cli.command("status")(status)
+
+
+def _clock_now() -> float:
+    import os
+    import time
+
+    if os.environ.get("TUNEHARNESS_SIM_URL"):
+        try:
+            from app import bootstrap
+
+            found = getattr(bootstrap.market("sim"), "clock", None)
+            clock = found() if callable(found) else found
+            if clock is not None:
+                return float(clock.now())
+        except Exception:  # the sim server is down: status still answers, on the wall clock
+            pass
+    return time.time()
+
+
+def collect(*, now: float | None = None) -> dict[str, Any]:
+    """Everything `status` shows, as plain data."""
+    from datetime import UTC, datetime, timedelta
+
+    from app import bootstrap
+    from app.ledger import Ledger
+    from app.policy.codec import load_job
+    from app.policy.supervision import recovery_summary
+    from app.rentals import Rentals
+    from app.services.provisioning import ProvisioningStateRow
+    from app.services.supervisor import SupervisionRow, Watch
+
+    now = _clock_now() if now is None else now
+    engine = bootstrap.engine()
+    rentals = Rentals(engine)
+    with engine.connect() as conn:
+        prov = {r.job_id: load_job(json.loads(r.state_json))
+                for r in conn.execute(ProvisioningStateRow.__table__.select())}  # type: ignore[attr-defined]
+        watches = {r.job_id: Watch.from_json(r.state_json)
+                   for r in conn.execute(SupervisionRow.__table__.select())}  # type: ignore[attr-defined]
+    all_rentals = rentals.all()
+    jobs_out: list[dict[str, Any]] = []
+    for rec in bootstrap.jobs().list():
+        w = watches.get(rec.job_id) or Watch()
+        st = prov.get(rec.job_id)
+        att = st.attempt if st is not None else None
+        mine = [r for r in all_rentals if r.job == rec.job_id]
+        spent = sum(rentals.spent_usd(r, now=now) for r in mine)
+        per_hour = sum(r.rate_usd_per_hour or 0.0 for r in mine if r.state == "active")
+        eta = None
+        if w.max_steps and w.steps_per_s and rec.phase == "training":
+            eta = max(0.0, (w.max_steps - w.step) / w.steps_per_s)
+        jobs_out.append({
+            "job_id": rec.job_id, "name": rec.name, "phase": rec.phase, "step": w.step, "max_steps": w.max_steps,
+            "loss": w.loss, "eta_s": eta, "host": att.machine_id if att is not None else None,
+            "instance": att.instance_id if att is not None else None,
+            "provider": att.provider if att is not None else None,
+            "spent_usd": round(spent, 6), "usd_per_hour": round(per_hour, 6),
+            "heartbeat_age_s": None if w.last_heartbeat_at is None else max(0.0, now - w.last_heartbeat_at),
+            "pulled_step": w.pulled_step, "recoveries": w.recoveries, "detail": rec.detail,
+        })
+    reps = {(h.record.provider, h.record.machine_id): h.to_dict(now=now) for h in bootstrap.reputation().hosts()}
+    hosts_out = []
+    for r in all_rentals:
+        if r.state not in ("active", "stopped", "intent"):
+            continue
+        rep = reps.get((r.provider, r.machine_id or ""), {})
+        hosts_out.append({"instance": r.instance_id, "provider": r.provider, "machine_id": r.machine_id,
+                          "job": r.job, "state": r.state, "usd_per_hour": r.rate_usd_per_hour,
+                          "delivery_probability": rep.get("delivery_probability"),
+                          "failures": len(rep.get("failures", []) or []),  # type: ignore[arg-type]
+                          "quarantined": rep.get("quarantined", False)})
+    since = datetime.now(UTC) - timedelta(seconds=WINDOW_S)
+    ledger = Ledger(engine)
+    lost = ledger.rows(kind="host_lost", since=since)
+    recs = ledger.rows(kind="recovery", since=since)
+    summary = recovery_summary([float(r.payload.get("recovery_s", 0.0)) for r in recs])
+    interruptions = {
+        "window_days": 30, "count": len(lost), "resumed": summary["resumed"],
+        "recovery_median_s": summary["median_s"], "recovery_p90_s": summary["p90_s"],
+        "recoveries": [{"job": r.job, **{k: r.payload.get(k) for k in
+                                         ("cause", "lost_machine", "machine_id", "recovery_s", "resume_step",
+                                          "lost_step")}} for r in recs],
+    }
+    return {"now": now, "jobs": jobs_out, "hosts": hosts_out, "interruptions": interruptions}
+
+
+def _fmt_s(v: float | None) -> str:
+    if v is None:
+        return "-"
+    return f"{v:.0f}s" if v < 120 else f"{v / 60:.1f}m"
+
+
+def _render(data: dict[str, Any]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    jobs = Table(title="jobs")
+    for col in ("job", "phase", "step", "loss", "ETA", "host", "spent $", "$/h", "heartbeat"):
+        jobs.add_column(col)
+    for j in data["jobs"]:
+        step = f"{j['step']}/{j['max_steps']}" if j["max_steps"] else str(j["step"])
+        loss = "-" if j["loss"] is None else f"{j['loss']:.4g}"
+        jobs.add_row(j["job_id"], j["phase"], step, loss, _fmt_s(j["eta_s"]), j["host"] or "-",
+                     f"{j['spent_usd']:.4f}", f"{j['usd_per_hour']:.3f}", _fmt_s(j["heartbeat_age_s"]))
+    console.print(jobs)
+    hosts = Table(title="hosts")
+    for col in ("instance", "machine", "job", "state", "$/h", "delivery p", "failures", "quarantined"):
+        hosts.add_column(col)
+    for h in data["hosts"]:
+        hosts.add_row(str(h["instance"]), str(h["machine_id"]), h["job"], h["state"], str(h["usd_per_hour"]),
+                      str(h["delivery_probability"]), str(h["failures"]), "yes" if h["quarantined"] else "no")
+    console.print(hosts)
+    i = data["interruptions"]
+    console.print(f"interruptions (30 days): {i['count']}, resumed {i['resumed']}, recovery median "
+                  f"{_fmt_s(i['recovery_median_s'])}, p90 {_fmt_s(i['recovery_p90_s'])}")
+
+
+def status(
+    as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
+    watch: Annotated[bool, typer.Option("--watch", help="refresh until Ctrl-C")] = False,
+    interval_s: Annotated[float, typer.Option("--interval", help="seconds between refreshes with --watch")] = 5.0,
+) -> None:
+    """Jobs (step, loss, ETA, host, spend, heartbeat), hosts with reputation, and recoveries."""
+    import time
+
+    while True:
+        data = collect()
+        if as_json:
+            typer.echo(json.dumps(data, indent=2))
+        else:
+            if watch:
+                typer.echo("\x1b[2J\x1b[H", nl=False)
+            _render(data)
+        if not watch:
+            return
+        time.sleep(max(0.5, interval_s))

@@ -1,0 +1,633 @@
+"""The training supervisor: the real-time driver from hand-over to a pulled, verified adapter.
+
+`monitor_training` (Celery, one chain per running job, re-enqueued with a countdown) calls
+`SupervisorService.poll`. One poll:
+
+1. looks the job up in the provisioning state machine (the host it trains on);
+2. on a host it has not started yet: pushes the job bundle over SFTP (the trainer's source
+   files, job.json, data, the base model, and the newest checkpoint pulled from an earlier
+   host) and starts `python -m trainer run --job-dir DIR --max-seconds S` detached;
+3. otherwise probes it: the provider's view, and over SSH status.json, whether the trainer's
+   process lives, the last slice's exit code and the tail of train.log; pulls every new complete
+   checkpoint into the ArtifactStore;
+4. judges the probe (`app.policy.supervision.assess`) and acts: next slice on the same host;
+   a finished job's adapter pulled, verified, the host stopped, the job handed to evaluation; a
+   dead trainer triaged (same host, replace the host, or stop the job and tell the operator);
+   a lost host or a hang fed to `decide` as a `TrainerStatus`, which stops the host (never
+   destroys it), records the failure against the machine and re-queues the job: provisioning
+   rents a replacement (that machine excluded) and hands it back here, where the bundle and the
+   newest pulled checkpoint are pushed and training resumes.
+
+Times are on the provisioning service's clock (the sim's scaled clock under the simulator).
+Recovery time = the last good heartbeat before the loss -> the first training step on the new
+host (from the new host's train.log); each recovery is a `recovery` ledger event.
+
+No secret is pushed: the bundle holds code, data, the model and checkpoints only.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field, replace
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Literal
+
+from sqlalchemy import Engine, select
+from sqlmodel import Field, SQLModel
+
+from app.alerts import Alert, Notifier
+from app.artifacts import (
+    ArtifactError,
+    ArtifactStore,
+    fetch_dir,
+    latest_checkpoint,
+    pull_adapter,
+    pull_checkpoints,
+)
+from app.db import read_connection, write_transaction
+from app.jobs import JobStore
+from app.ledger import Event, Ledger
+from app.market import Instance, Market, MarketError
+from app.policy.provisioning import TrainerStatus
+from app.policy.supervision import HostProbe, SupervisorConfig, assess, route_triage
+from app.ports import HostShell
+from app.services.provisioning import ProvisioningService, Step
+
+__all__ = [
+    "Bundle",
+    "MonitorStep",
+    "SupervisionRow",
+    "SupervisorService",
+    "TriageAnswer",
+    "bundle_for_spec",
+    "parse_probe_output",
+    "remote_job_root",
+]
+
+ShellFactory = Callable[[Instance, str], HostShell]  # (the instance as the provider sees it, job id)
+
+
+@dataclass(frozen=True, slots=True)
+class TriageAnswer:
+    state: str
+    action: str
+    needs_operator: bool = False
+    evidence: tuple[str, ...] = ()
+
+
+Triage = Callable[[str, str], TriageAnswer]  # (job id, log tail)
+
+
+class SupervisionRow(SQLModel, table=True):
+    """What the supervisor knows about one job between polls (JSON), and its chain's sequence."""
+
+    __tablename__ = "supervision"
+
+    job_id: str = Field(primary_key=True)
+    seq: int = 0
+    state_json: str = "{}"
+    updated_at: float = 0.0
+
+
+_T = SupervisionRow.__table__  # type: ignore[attr-defined]
+
+
+@dataclass
+class Watch:
+    """The supervisor's memory of a job (serialised in `supervision.state_json`)."""
+
+    instance_id: str | None = None
+    machine_id: str | None = None
+    provider: str | None = None
+    launched: bool = False
+    slices: int = 0
+    same_host_restarts: int = 0
+    ssh_failures: int = 0
+    launched_wall: float | None = None  # wall time of the current slice's launch
+    step: int = 0
+    max_steps: int | None = None
+    loss: float | None = None
+    steps_per_s: float | None = None  # on the driver's clock
+    last_heartbeat_at: float | None = None  # clock time of the last good status.json
+    last_progress_at: float | None = None
+    last_step_seen_at: float | None = None
+    pulled_step: int = 0
+    resume_step: int = 0
+    # a loss waiting for its recovery
+    lost_at: float | None = None
+    lost_cause: str | None = None
+    lost_machine: str | None = None
+    lost_step: int | None = None
+    recoveries: int = 0
+    finished: bool = False
+    failure: str | None = None
+
+    @classmethod
+    def from_json(cls, text: str) -> Watch:
+        raw = json.loads(text or "{}")
+        known = set(cls.__dataclass_fields__)
+        return cls(**{k: v for k, v in raw.items() if k in known})
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), sort_keys=True)
+
+
+@dataclass(frozen=True, slots=True)
+class MonitorStep:
+    """What the Celery shell does next."""
+
+    job_id: str
+    next: Literal["monitor", "provision", "none"]
+    wake_at: float | None = None
+    seq: int | None = None
+    detail: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Bundle:
+    """The job's files for a host: job.json (paths rewritten into the job dir) and (local, remote) files."""
+
+    job_json: Mapping[str, Any]
+    files: tuple[tuple[Path, str], ...] = field(default=())
+
+
+def remote_job_root(job_id: str) -> str:
+    """The job's directory on the host, relative to the session's home."""
+    return f"tuneharness-jobs/{job_id}"
+
+
+def bundle_for_spec(train: Mapping[str, Any], *, base_dir: str | Path) -> Bundle:
+    """The bundle of a job file's `train` section: base model under `base_model/`, data under `data/`."""
+    job = dict(train)
+    files: list[tuple[Path, str]] = []
+    base = Path(base_dir)
+    for key in ("base_model", "train_file", "eval_file"):
+        value = job.get(key)
+        if value is None:
+            continue
+        local = Path(str(value)) if Path(str(value)).is_absolute() else base / str(value)
+        if key == "base_model":
+            remote = "base_model"
+            if local.is_dir():
+                files += [(p, f"{remote}/{p.relative_to(local).as_posix()}")
+                          for p in sorted(local.rglob("*")) if p.is_file()]
+        else:
+            remote = f"data/{local.name}"
+            files.append((local, remote))
+        job[key] = remote
+    return Bundle(job_json=job, files=tuple(files))
+
+
+def _trainer_sources(trainer_dir: Path) -> list[tuple[Path, str]]:
+    return [(p, f"trainer/{p.name}") for p in sorted(trainer_dir.glob("*.py"))]
+
+
+# -- parsing what the host said ----------------------------------------------------------------
+_SECTIONS = ("@@STATUS", "@@ALIVE", "@@EXIT", "@@LOG")
+
+
+def _probe_command(root: str) -> str:
+    r = shlex.quote(root)
+    return (
+        f"cd {r} 2>/dev/null || {{ echo '@@NOJOBDIR'; exit 0; }}; "
+        "echo '@@STATUS'; cat job/status.json 2>/dev/null; echo; "
+        "echo '@@ALIVE'; if [ -f trainer.pid ] && kill -0 \"$(cat trainer.pid)\" 2>/dev/null; "
+        "then echo yes; else echo no; fi; "
+        "echo '@@EXIT'; cat slice.exit 2>/dev/null; echo; "
+        "echo '@@LOG'; tail -c 16384 job/train.log 2>/dev/null"
+    )
+
+
+def parse_probe_output(text: str) -> dict[str, Any]:
+    """Split the probe command's output into status (dict), alive, exit_code, log."""
+    parts: dict[str, list[str]] = {}
+    current: str | None = None
+    for line in text.splitlines():
+        if line.strip() in _SECTIONS:
+            current = line.strip()
+            parts[current] = []
+        elif current is not None:
+            parts[current].append(line)
+    status: dict[str, Any] = {}
+    raw = "\n".join(parts.get("@@STATUS", [])).strip()
+    if raw:
+        try:
+            loaded = json.loads(raw)
+            status = loaded if isinstance(loaded, dict) else {}
+        except ValueError:
+            status = {}
+    exit_text = "\n".join(parts.get("@@EXIT", [])).strip()
+    exit_code = int(exit_text) if exit_text.lstrip("-").isdigit() else None
+    alive = "\n".join(parts.get("@@ALIVE", [])).strip() == "yes"
+    return {"status": status, "alive": alive, "exit_code": exit_code, "log": "\n".join(parts.get("@@LOG", [])),
+            "no_job_dir": "@@NOJOBDIR" in text}
+
+
+def _wall_of(iso: str | None) -> float | None:
+    """Seconds since the epoch of a trainer timestamp (`2026-01-02T03:04:05.678Z`)."""
+    if not iso:
+        return None
+    try:
+        return datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
+def _first_step_wall(log: str, *, after_step: int, not_before_wall: float) -> float | None:
+    """Wall time of the first `step` line past `after_step` written at or after `not_before_wall`."""
+    for line in log.splitlines():
+        if len(line) < 30 or line[24:30] != " step ":
+            continue
+        wall = _wall_of(line[:24])
+        fields = dict(kv.split("=", 1) for kv in line[30:].split() if "=" in kv)
+        try:
+            step = int(fields.get("step", "-1"))
+        except ValueError:
+            continue
+        if wall is not None and wall >= not_before_wall - 1.0 and step > after_step:
+            return wall
+    return None
+
+
+# -- the service -------------------------------------------------------------------------------
+class SupervisorService:
+    def __init__(
+        self,
+        engine: Engine,
+        *,
+        provisioning: ProvisioningService,
+        shell_for: ShellFactory,
+        store: ArtifactStore,
+        staging: Path,
+        bundle_for: Callable[[str], Bundle],
+        trainer_dir: Path,
+        notifier: Notifier,
+        triage: Triage,
+        jobs: JobStore | None = None,
+        cfg: SupervisorConfig | None = None,
+    ) -> None:
+        self.engine = engine
+        self.provisioning = provisioning
+        self.shell_for = shell_for
+        self.store = store
+        self.staging = staging
+        self.bundle_for = bundle_for
+        self.trainer_dir = trainer_dir
+        self.notifier = notifier
+        self.triage = triage
+        self.jobs = jobs or JobStore(engine)
+        self.cfg = cfg or SupervisorConfig()
+        self.ledger = Ledger(engine)
+        self.clock = provisioning.clock
+
+    # -- state -------------------------------------------------------------------------------
+    def watch(self, job_id: str) -> tuple[Watch, int] | None:
+        with read_connection(self.engine) as conn:
+            row = conn.execute(select(_T).where(_T.c.job_id == job_id)).first()
+        return None if row is None else (Watch.from_json(row.state_json), int(row.seq))
+
+    def watches(self) -> dict[str, Watch]:
+        with read_connection(self.engine) as conn:
+            return {r.job_id: Watch.from_json(r.state_json) for r in conn.execute(select(_T))}
+
+    def _claim(self, job_id: str, seq: int) -> Watch | None:
+        """Take this poll: only the chain holding the current sequence number proceeds."""
+        with write_transaction(self.engine, lock=f"tuneharness.supervision.{job_id}") as conn:
+            row = conn.execute(select(_T).where(_T.c.job_id == job_id)).first()
+            if row is None or int(row.seq) != seq:
+                return None
+            conn.execute(_T.update().where(_T.c.job_id == job_id).values(seq=seq + 1, updated_at=self.clock.now()))
+            return Watch.from_json(row.state_json)
+
+    def _save(self, job_id: str, watch: Watch) -> None:
+        with write_transaction(self.engine, lock=f"tuneharness.supervision.{job_id}") as conn:
+            conn.execute(_T.update().where(_T.c.job_id == job_id).values(
+                state_json=watch.to_json(), updated_at=self.clock.now()))
+
+    def arm(self, job_id: str, instance_id: str) -> int:
+        """The job was handed a host: (re)start its monitor chain; return the chain's sequence number."""
+        with write_transaction(self.engine, lock=f"tuneharness.supervision.{job_id}") as conn:
+            row = conn.execute(select(_T).where(_T.c.job_id == job_id)).first()
+            watch = Watch() if row is None else Watch.from_json(row.state_json)
+            seq = 1 if row is None else int(row.seq) + 1
+            if watch.instance_id != instance_id:
+                watch.instance_id, watch.launched, watch.ssh_failures = instance_id, False, 0
+                watch.same_host_restarts = 0
+            values = {"state_json": watch.to_json(), "seq": seq, "updated_at": self.clock.now()}
+            if row is None:
+                conn.execute(_T.insert().values(job_id=job_id, **values))
+            else:
+                conn.execute(_T.update().where(_T.c.job_id == job_id).values(**values))
+        return seq
+
+    # -- one poll -----------------------------------------------------------------------------
+    def poll(self, job_id: str, seq: int) -> MonitorStep:
+        watch = self._claim(job_id, seq)
+        if watch is None:
+            return MonitorStep(job_id, "none", detail="stale chain")
+        loaded = self.provisioning.state(job_id)
+        if loaded is None or loaded[0].phase != "training" or loaded[0].attempt is None:
+            phase = "unknown" if loaded is None else loaded[0].phase
+            return MonitorStep(job_id, "none", detail=f"job is {phase}, not training")
+        att = loaded[0].attempt
+        if watch.instance_id != att.instance_id:
+            watch.instance_id, watch.launched, watch.ssh_failures, watch.same_host_restarts = att.instance_id, False, 0, 0
+        watch.machine_id, watch.provider = att.machine_id, att.provider
+        market = self.provisioning.market_for(att.provider)
+        try:
+            inst = market.status(att.instance_id)
+        except MarketError as exc:
+            inst = Instance(att.provider, att.instance_id, att.machine_id, None, "unknown",
+                            f"provider unreachable: {exc}", None, None, None, None)
+        try:
+            step = self._poll(job_id, watch, market, inst)
+        except Exception as exc:  # a poll that fails must not end the job's supervision
+            now = self.clock.now()
+            self.ledger.append(Event(kind="supervisor_error", job=job_id, instance=att.instance_id,
+                                     reason=f"{type(exc).__name__}: {exc}"[:500],
+                                     idempotency_key=f"{job_id}:supervisor_error:{int(now * 1000)}"))
+            step = self._next(job_id, self.cfg.repoll_s, f"poll failed: {exc}")
+        self._save(job_id, watch)
+        if step.next == "monitor":
+            return MonitorStep(job_id, "monitor", step.wake_at, seq + 1, step.detail)
+        return step
+
+    def _next(self, job_id: str, delay_s: float, detail: str) -> MonitorStep:
+        return MonitorStep(job_id, "monitor", self.clock.now() + delay_s, detail=detail)
+
+    def _poll(self, job_id: str, w: Watch, market: Market, inst: Instance) -> MonitorStep:
+        from app.ssh import SSHError  # paramiko loads only where hosts are polled
+
+        now = self.clock.now()
+        if inst.state in ("gone", "exited"):
+            return self._lost(job_id, w, inst, f"provider reports the instance {inst.state}")
+        shell: HostShell | None = None
+        try:
+            shell = self.shell_for(inst, job_id)
+            if not w.launched:
+                self._launch(job_id, w, shell, first_on_host=True)
+                return self._next(job_id, self.cfg.monitor_s, "trainer started")
+            out = shell.run(_probe_command(remote_job_root(job_id)), timeout_s=30)
+            parsed = parse_probe_output(out.stdout)
+            pulled = self._pull(job_id, w, shell)
+        except (OSError, EOFError, ArtifactError, SSHError) as exc:
+            w.ssh_failures += 1
+            probe = HostProbe(provider_state=inst.state, ssh_ok=False)
+            verdict = assess(probe, ssh_failures=w.ssh_failures, cfg=self.cfg)
+            if verdict.kind == "lost":
+                return self._lost(job_id, w, inst, f"{verdict.why}: {exc}")
+            # SSH down, provider says running: look again soon; the state machine's stall window
+            # turns a host that never answers again into a hang.
+            self._observe(job_id, inst, w, phase=None)
+            return self._next(job_id, self.cfg.repoll_s, f"ssh failed: {exc}")
+        finally:
+            if shell is not None:
+                shell.close()
+        w.ssh_failures = 0
+        if parsed["no_job_dir"]:
+            w.launched = False
+            return self._next(job_id, 0.0, "job directory missing on the host: push again")
+        status: dict[str, Any] = parsed["status"]
+        self._note_status(w, status, now=now)
+        if w.lost_at is not None and w.step > w.resume_step:
+            self._record_recovery(job_id, w, parsed["log"])
+        probe = HostProbe(provider_state=inst.state, ssh_ok=True, alive=bool(parsed["alive"]),
+                          phase=status.get("phase"), step=w.step, exit_code=parsed["exit_code"])
+        verdict = assess(probe, ssh_failures=0, cfg=self.cfg)
+        if verdict.kind == "training":
+            step = self._observe(job_id, inst, w, phase="training")
+            if step.phase == "queued":
+                return self._requeued(job_id, w, step, cause="hang", evidence="no training progress (stall window)")
+            return self._next(job_id, self.cfg.monitor_s, f"step {w.step}" + (f", pulled {pulled}" if pulled else ""))
+        if verdict.kind == "slice_done":
+            self._relaunch(job_id, w, market, inst, why="slice cap reached")
+            return self._next(job_id, self.cfg.monitor_s, "next slice started")
+        if verdict.kind == "finished":
+            return self._finish(job_id, w, market, inst)
+        return self._dead(job_id, w, market, inst, parsed, verdict.why)
+
+    # -- the pieces ----------------------------------------------------------------------------
+    def _note_status(self, w: Watch, status: Mapping[str, Any], *, now: float) -> None:
+        step = int(status.get("step") or 0)
+        hb_wall = _wall_of(status.get("updated_at"))
+        if hb_wall is not None:
+            w.last_heartbeat_at = self._clock_of(hb_wall)
+        if step > w.step and w.last_step_seen_at is not None and now > w.last_step_seen_at:
+            rate = (step - w.step) / (now - w.last_step_seen_at)
+            w.steps_per_s = rate if w.steps_per_s is None else 0.5 * w.steps_per_s + 0.5 * rate
+        if step != w.step or w.last_progress_at is None:
+            w.last_progress_at = now
+            w.last_step_seen_at = now
+        w.step = step
+        if status.get("max_steps") is not None:
+            w.max_steps = int(status["max_steps"])
+        if status.get("loss") is not None:
+            w.loss = float(status["loss"])
+
+    def _clock_of(self, wall: float) -> float:
+        """A wall timestamp on the service's clock (scaled under the simulator)."""
+        scale = float(getattr(self.clock, "scale", 1.0))
+        return self.clock.now() - scale * (time.time() - wall)
+
+    def _wall_s(self, clock_s: float) -> float:
+        wall = getattr(self.clock, "wall_seconds", None)
+        return float(wall(clock_s)) if callable(wall) else clock_s
+
+    def _pull(self, job_id: str, w: Watch, shell: HostShell) -> str | None:
+        report = pull_checkpoints(shell, f"{remote_job_root(job_id)}/job", self.store, job=job_id,
+                                  staging=self.staging / job_id, newest_only=True)
+        newest = latest_checkpoint(self.store, job=job_id)
+        if newest is not None:
+            w.pulled_step = max(w.pulled_step, int(newest.split("-")[1]))
+        for name in report.pulled:
+            self.ledger.append(Event(kind="checkpoint_pulled", job=job_id, instance=w.instance_id,
+                                     provider=w.provider, machine=w.machine_id, reason=name,
+                                     payload={"step": int(name.split("-")[1])},
+                                     idempotency_key=f"{job_id}:pulled:{name}"))
+        return report.pulled[0] if report.pulled else None
+
+    def _push_bundle(self, job_id: str, w: Watch, shell: HostShell) -> int:
+        """Code, job.json, data, model, and the newest pulled checkpoint; returns its step (0: none)."""
+        root = remote_job_root(job_id)
+        bundle = self.bundle_for(job_id)
+        for local, rel in _trainer_sources(self.trainer_dir):
+            shell.put(local, f"{root}/code/{rel}")
+        stage = self.staging / job_id / "bundle"
+        stage.mkdir(parents=True, exist_ok=True)
+        job_json = stage / "job.json"
+        job_json.write_text(json.dumps(dict(bundle.job_json), indent=1, sort_keys=True), encoding="utf-8")
+        for local, rel in bundle.files:
+            shell.put(local, f"{root}/job/{rel}")
+        shell.put(job_json, f"{root}/job/job.json")
+        name = latest_checkpoint(self.store, job=job_id)
+        if name is None:
+            return 0
+        local_ckpt = fetch_dir(self.store, f"jobs/{job_id}/checkpoints/{name}", stage / name)
+        files = sorted(p for p in local_ckpt.rglob("*") if p.is_file() and p.name != "COMPLETE")
+        for p in files:
+            shell.put(p, f"{root}/job/checkpoints/{name}/{p.relative_to(local_ckpt).as_posix()}")
+        shell.put(local_ckpt / "COMPLETE", f"{root}/job/checkpoints/{name}/COMPLETE")  # last: complete only now
+        return int(name.split("-")[1])
+
+    def _start_slice(self, job_id: str, w: Watch, shell: HostShell) -> None:
+        root = remote_job_root(job_id)
+        slice_wall_s = max(1.0, self._wall_s(self.cfg.slice_s))
+        inner = "cd code && \"$0\" -m trainer run --job-dir ../job --max-seconds " + f"{slice_wall_s:.0f}" + \
+            "; echo $? > ../slice.exit"
+        command = (
+            f"cd {shlex.quote(root)} && rm -f slice.exit && PY=$(command -v python3 || command -v python) && "
+            f"nohup setsid sh -c {shlex.quote(inner)} \"$PY\" > slice.out 2>&1 < /dev/null & "
+            f"echo $! > {shlex.quote(root)}/trainer.pid"
+        )
+        # the `&` binds to the nohup pipeline; $! is the detached shell's pid
+        res = shell.run(command, timeout_s=30)
+        if res.exit_code != 0:
+            raise OSError(f"trainer launch failed (exit {res.exit_code}): {res.stderr[-300:]}")
+        w.launched_wall = time.time()
+        w.slices += 1
+        self.ledger.append(Event(kind="training_started", job=job_id, instance=w.instance_id, provider=w.provider,
+                                 machine=w.machine_id, reason=f"slice {w.slices}",
+                                 payload={"slice": w.slices, "resume_step": w.resume_step,
+                                          "max_seconds": slice_wall_s},
+                                 idempotency_key=f"{job_id}:slice:{w.instance_id}:{w.slices}"))
+
+    def _launch(self, job_id: str, w: Watch, shell: HostShell, *, first_on_host: bool) -> None:
+        if first_on_host:
+            w.resume_step = self._push_bundle(job_id, w, shell)
+            w.step = w.resume_step
+            w.last_progress_at = self.clock.now()
+            w.last_step_seen_at = None
+            self.jobs.set_phase(job_id, "training", detail=f"on {w.instance_id} from step {w.resume_step}")
+        self._start_slice(job_id, w, shell)
+        w.launched = True
+
+    def _relaunch(self, job_id: str, w: Watch, market: Market, inst: Instance, *, why: str) -> None:
+        shell = self.shell_for(inst, job_id)
+        try:
+            self._start_slice(job_id, w, shell)
+        finally:
+            shell.close()
+        self.provisioning.reputation.record(w.provider or "", w.machine_id or "", "slice_finished",
+                                            now=self.clock.now())
+        w.last_progress_at = self.clock.now()
+
+    def _observe(self, job_id: str, inst: Instance, w: Watch, *, phase: Literal["training", "failed"] | None,
+                 error: str | None = None) -> Step:
+        """Feed the trainer's state to the provisioning state machine (hang and loss detection there)."""
+        obs = TrainerStatus(instance=inst, phase=phase, work_s=float(w.step), checkpoint_work_s=float(w.pulled_step),
+                            heartbeat_at=w.last_heartbeat_at, error=error)
+        return self.provisioning.observe(job_id, obs)
+
+    def _lost(self, job_id: str, w: Watch, inst: Instance, why: str) -> MonitorStep:
+        """The host is lost: rental marked lost (if gone), ledger + alert, then the state machine re-queues."""
+        now = self.clock.now()
+        rental = self.provisioning.rentals.by_instance(inst.provider, inst.instance_id)
+        if rental is not None and inst.state in ("gone", "exited"):
+            self.provisioning.rentals.transition(rental.id, to="lost", from_states=("active", "stopped"),
+                                                 kind="instance_lost", reason=why, now=now,
+                                                 evidence={"provider_state": inst.state})
+        seen = inst if inst.state in ("gone", "exited") else replace(inst, state="unknown")
+        step = self._observe(job_id, seen, w, phase=None)
+        return self._requeued(job_id, w, step, cause="lost", evidence=why)
+
+    def _requeued(self, job_id: str, w: Watch, step: Step, *, cause: str, evidence: str) -> MonitorStep:
+        now = self.clock.now()
+        if step.phase != "queued":
+            return self._next(job_id, self.cfg.monitor_s, f"state machine kept the job {step.phase}")
+        last_good = w.last_heartbeat_at if cause == "lost" else w.last_progress_at
+        w.lost_at = last_good if last_good is not None else now
+        w.lost_cause, w.lost_machine, w.lost_step = cause, w.machine_id, w.step
+        w.launched = False
+        self.ledger.append(Event(kind="host_lost", job=job_id, instance=w.instance_id, provider=w.provider,
+                                 machine=w.machine_id, reason=evidence,
+                                 payload={"cause": cause, "last_good_at": w.lost_at, "detected_at": now,
+                                          "detection_s": now - w.lost_at, "step": w.step,
+                                          "pulled_step": w.pulled_step},
+                                 idempotency_key=f"{job_id}:host_lost:{w.instance_id}"))
+        self.notifier.notify(Alert("host_lost", f"{w.machine_id} ({cause}): {evidence}", job=job_id,
+                                   details={"instance": w.instance_id, "step": w.step,
+                                            "resume_from": w.pulled_step},
+                                   key=f"host_lost:{job_id}:{w.instance_id}"))
+        self.jobs.set_phase(job_id, "provisioning", detail=f"host {w.machine_id} lost ({cause}); renting a replacement")
+        return MonitorStep(job_id, "provision", step.wake_at if step.wake_at is not None else now,
+                           detail=f"host lost ({cause})")
+
+    def _record_recovery(self, job_id: str, w: Watch, log: str) -> None:
+        first = _first_step_wall(log, after_step=w.resume_step, not_before_wall=w.launched_wall or 0.0)
+        resumed_at = self._clock_of(first) if first is not None else self.clock.now()
+        lost_at = w.lost_at if w.lost_at is not None else resumed_at
+        w.recoveries += 1
+        lost_steps = None if w.lost_step is None else max(0, w.lost_step - w.resume_step)
+        self.ledger.append(Event(kind="recovery", job=job_id, instance=w.instance_id, provider=w.provider,
+                                 machine=w.machine_id, reason=f"resumed from step {w.resume_step} after {w.lost_cause}",
+                                 payload={"cause": w.lost_cause, "lost_machine": w.lost_machine,
+                                          "machine_id": w.machine_id, "lost_at": lost_at, "resumed_at": resumed_at,
+                                          "recovery_s": max(0.0, resumed_at - lost_at), "lost_step": w.lost_step,
+                                          "resume_step": w.resume_step, "lost_steps": lost_steps},
+                                 idempotency_key=f"{job_id}:recovery:{w.instance_id}"))
+        self.notifier.notify(Alert("running_again", f"resumed on {w.machine_id} from step {w.resume_step}",
+                                   job=job_id, details={"recovery_s": round(max(0.0, resumed_at - lost_at), 1),
+                                                        "lost_machine": w.lost_machine},
+                                   key=f"running_again:{job_id}:{w.instance_id}"))
+        w.lost_at = w.lost_cause = w.lost_machine = w.lost_step = None
+
+    def _finish(self, job_id: str, w: Watch, market: Market, inst: Instance) -> MonitorStep:
+        shell = self.shell_for(inst, job_id)
+        try:
+            self._pull(job_id, w, shell)
+            got = pull_adapter(shell, f"{remote_job_root(job_id)}/job", self.store, job=job_id,
+                               staging=self.staging / job_id)
+        finally:
+            shell.close()
+        if not got:
+            return self._next(job_id, self.cfg.repoll_s, "finished but no complete adapter yet")
+        verify = self.staging / job_id / "verify-adapter"
+        fetch_dir(self.store, f"jobs/{job_id}/adapter", verify)  # raises ArtifactError on any mismatch
+        self.ledger.append(Event(kind="adapter_pulled", job=job_id, instance=w.instance_id, provider=w.provider,
+                                 machine=w.machine_id, reason="final adapter pulled and verified",
+                                 payload={"key": f"jobs/{job_id}/adapter", "step": w.step},
+                                 idempotency_key=f"{job_id}:adapter_pulled"))
+        self.provisioning.observe(job_id, TrainerStatus(instance=inst, phase="finished", work_s=float(w.step),
+                                                        checkpoint_work_s=float(w.step),
+                                                        heartbeat_at=w.last_heartbeat_at))
+        w.finished = True
+        self.jobs.set_phase(job_id, "evaluating", detail=f"adapter at jobs/{job_id}/adapter ({w.step} steps)")
+        return MonitorStep(job_id, "none", detail="finished: handed to evaluation")
+
+    def _dead(self, job_id: str, w: Watch, market: Market, inst: Instance, parsed: Mapping[str, Any],
+              why: str) -> MonitorStep:
+        answer = self.triage(job_id, str(parsed["log"]))
+        route = route_triage(answer.state, answer.action, exit_code=parsed["exit_code"],
+                             same_host_restarts=w.same_host_restarts, cfg=self.cfg)
+        self.ledger.append(Event(kind="trainer_died", job=job_id, instance=w.instance_id, provider=w.provider,
+                                 machine=w.machine_id, reason=why,
+                                 payload={"triage_state": answer.state, "triage_action": answer.action,
+                                          "needs_operator": answer.needs_operator, "route": route,
+                                          "exit_code": parsed["exit_code"], "step": w.step,
+                                          "evidence": list(answer.evidence)[:5]},
+                                 idempotency_key=f"{job_id}:died:{w.instance_id}:{w.slices}"))
+        if route == "same_host":
+            w.same_host_restarts += 1
+            self._relaunch(job_id, w, market, inst, why=f"triage {answer.state}: {answer.action}")
+            return self._next(job_id, self.cfg.monitor_s, "trainer restarted on the same host")
+        if route == "replace":
+            step = self._observe(job_id, inst, w, phase="failed", error=f"{answer.state}: {why}")
+            return self._requeued(job_id, w, step, cause="lost", evidence=f"trainer died ({answer.state}); replacing")
+        self.provisioning.give_up_training(job_id, reason=f"training failed ({answer.state})",
+                                           evidence=f"{why}; triage: {answer.action}")
+        w.failure = f"{answer.state}: {answer.action}"
+        self.jobs.set_phase(job_id, "failed", detail=f"trainer died: {answer.state}; {answer.action}")
+        return MonitorStep(job_id, "none", detail="job stopped; operator told")
+
+
+def recoveries(ledger: Ledger, *, job: str | None = None, since: datetime | None = None) -> list[dict[str, Any]]:
+    """Every recovery in the ledger (payloads), oldest first."""
+    return [dict(r.payload) for r in ledger.rows(job=job, kind="recovery", since=since)]
+
+
+def interruptions(ledger: Ledger, *, since: datetime | None = None) -> Sequence[dict[str, Any]]:
+    return [dict(r.payload) for r in ledger.rows(kind="host_lost", since=since)]

@@ -1,0 +1,46 @@
+"""Celery shell of the training supervisor: `monitor_training`, one chain per running job.
+
+Thin: it takes the job id and the chain's sequence number, calls
+`app.services.supervisor.SupervisorService.poll`, and re-enqueues itself with a countdown (never
+sleeping in a task). A lost host hands the job back to provisioning (`watch_boot`), which rents
+a replacement and re-arms this chain on hand-over. A redelivered or duplicated task is harmless:
+only the task holding the chain's current sequence number polls.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from app import bootstrap
+from app.services.supervisor import MonitorStep
+from workers.config import MAX_COUNTDOWN_S
+from workers.tasks import task
+
+__all__ = ["monitor_training"]
+
+
+def _countdown_s(wake_at: float | None, clock: Any) -> float:
+    """Wall seconds until `wake_at` on the service's clock (scaled under the simulator)."""
+    if wake_at is None:
+        return 0.0
+    sim_s = max(0.0, wake_at - clock.now())
+    wall = getattr(clock, "wall_seconds", None)
+    return min(float(MAX_COUNTDOWN_S), wall(sim_s) if callable(wall) else sim_s)
+
+
+def _schedule(step: MonitorStep, clock: Any) -> dict[str, Any]:
+    countdown = _countdown_s(step.wake_at, clock)
+    if step.next == "monitor" and step.seq is not None:
+        monitor_training.apply_async(args=[step.job_id, step.seq], countdown=countdown)
+    elif step.next == "provision":
+        from workers.provisioning import watch_boot
+
+        watch_boot.apply_async(args=[step.job_id], countdown=countdown)
+    return {"job": step.job_id, "next": step.next, "countdown_s": countdown, "detail": step.detail}
+
+
+@task("monitor", "monitor_training")
+def monitor_training(self: Any, job_id: str, seq: int) -> dict[str, Any]:
+    """One look at a training job's host: heartbeat, checkpoints, slices, loss, hang, finish."""
+    sup = bootstrap.supervisor()
+    return _schedule(sup.poll(job_id, seq), sup.clock)
