@@ -6,6 +6,13 @@ A second driver of the same policy functions Celery drives in real time
 The receipt is computed by the simulated marketplace's own referee (truth and billing), never
 from what the policy believed.
 
+Around the per-job state machines the driver keeps what is campaign-wide: the hosts held for the
+next job (hold and batch) and the warm standby pool (`standby_hosts`: standby jobs provision
+verified hosts that wait; a recovery adopts one instead of pulling the image again), their
+liveness (a held host that vanished is dropped and recorded), and the budget (a create reserves
+its expected cost; a monitor every `BUDGET_CHECK_S` ends every job with `BudgetCapReached` before
+spend can cross the campaign's `budget_usd`).
+
 The one part of "the world" SimMarket does not model is the trainer on a rented host. `_SimTrainer`
 plays it here, from the host's truth (speed from `tflops_factor`; `computes: false` fails at
 once; VRAM below what the offer claimed runs out of memory; `hangs_at_s` stops progress;
@@ -33,6 +40,7 @@ from app.policy.provisioning import (
     Action,
     Adopt,
     Adopted,
+    BudgetCapReached,
     Create,
     CreateResult,
     Destroy,
@@ -87,6 +95,9 @@ OOM_S = 90.0  # a host with less VRAM than it claimed runs out of memory this lo
 HEARTBEAT_S = 10.0  # status.json rewrite period
 RESERVE_FACTOR = 1.3  # a create reserves this multiple of its expected attempt cost
 MAX_SIM_S = 30 * 24 * 3600.0
+BUDGET_CHECK_S = 30.0  # the budget monitor's period
+BUDGET_GUARD_S = 90.0  # stop when what bills now would cross the cap within this long
+POOL_CHECK_S = 30.0  # held hosts are polled this often (one that vanished is dropped)
 
 
 def is_dead_host(truth: HostTruth, *, offered_gpu: str, offered_ram_gb: float, pull_s: float) -> str | None:
@@ -170,13 +181,19 @@ class _Live:
 
 
 class _Campaign:
-    def __init__(self, trace: Trace, policy: str, *, jobs: int | None, seed: int, trace_label: str) -> None:
+    def __init__(
+        self, trace: Trace, policy: str, *, jobs: int | None, seed: int, trace_label: str, standby_hosts: int | None = None
+    ) -> None:
         if policy not in POLICIES:
             raise ValueError(f"unknown policy {policy!r}; known: {sorted(POLICIES)}")
         self.trace = trace
         self.policy = policy
         self.trace_label = trace_label
         self.cfg = POLICIES[policy]()
+        if standby_hosts is not None:
+            if standby_hosts < 0:
+                raise ValueError(f"standby_hosts must be >= 0, got {standby_hosts}")
+            self.cfg = replace(self.cfg, standby_hosts=standby_hosts)
         self.clock = VirtualClock()
         self.t0 = self.clock.now()
         self.market = SimMarket(trace, self.clock)
@@ -188,9 +205,14 @@ class _Campaign:
         self.budget_usd = w.budget_usd
         req = Requirements()
         self.shape = JobShape(download_gb=w.download_gb, train_s=w.train_seconds, disk_gb=w.disk_gb)
+        self.req = req
         self.jobs: dict[str, JobState] = {
             f"job-{i + 1}": new_job(f"job-{i + 1}", req=req, shape=self.shape) for i in range(self.n_jobs)
         }
+        self.real_jobs: tuple[str, ...] = tuple(self.jobs)
+        self.standby_ids: set[str] = set()
+        self.standby_spans: dict[str, list[float | None]] = {}  # instance -> [start, end]: waiting as standby
+        self.budget_stopped = False
         self.wake: dict[str, float] = {}
         self.queue: list[tuple[float, int, int, str, str, Any]] = []
         self.seq = itertools.count()
@@ -218,16 +240,26 @@ class _Campaign:
         self.ledger.append({"t_s": round(self.clock.now() - self.t0, 3), "kind": kind, **fields})
 
     # -- the loop ---------------------------------------------------------------------------
+    def _real_jobs_over(self) -> bool:
+        return all(j in self.finished or j in self.failed for j in self.real_jobs)
+
     def run(self) -> dict[str, Any]:
         for job_id in self.jobs:
             self._wake(job_id, self.t0)
-        while self.queue and len(self.finished) + len(self.failed) < len(self.jobs):
+        if self.budget_usd is not None and self.policy != "naive":
+            self._push(self.t0, "budget_check", "")
+        self._top_up_standby()
+        while self.queue and not self._real_jobs_over():
             at, _prio, _seq, kind, job_id, payload = heapq.heappop(self.queue)
             if at - self.t0 > MAX_SIM_S:
                 break
             if at > self.clock.now():
                 self.clock.set(at)
-            if kind == "wake":
+            if kind == "budget_check":
+                self._check_budget()
+            elif kind == "pool_check":
+                self._check_pool()
+            elif kind == "wake":
                 if self.wake.get(job_id) != payload:
                     continue  # superseded
                 self._on_wake(job_id)
@@ -241,23 +273,107 @@ class _Campaign:
                 if job.attempt is not None and job.attempt.instance_id == iid and job.phase in ("booting", "preflight", "training"):
                     self._feed(job_id, FailureSeen(reason, evidence))
             elif kind == "hold_expired":
-                h = self.held.pop(payload, None)
-                if h is not None:
-                    self._stop_instance(h.instance_id, reason="hold expired", evidence="no compatible job within the hold")
-        for job_id, job in self.jobs.items():
+                self._hold_expired(payload)
+            self._top_up_standby()
+        for job_id in self.real_jobs:
+            job = self.jobs[job_id]
             if job.phase not in ("done", "failed") and job_id not in self.failed:
                 self.failed[job_id] = f"unfinished in phase {job.phase}"
         end = self.clock.now()
         for iid in list(self.held):
             self._stop_instance(self.held.pop(iid).instance_id, reason="campaign over", evidence="")
+        for job_id in self.standby_ids:  # standby jobs still provisioning: nothing left to wait for
+            att = self.jobs[job_id].attempt
+            if att is not None:
+                self._stop_instance(att.instance_id, reason="campaign over", evidence="standby no longer needed")
         return self._receipt(end)
+
+    # -- the standby pool and held hosts ----------------------------------------------------
+    def _pool_short_by(self, *, besides: int = 0) -> int:
+        """How many more verified hosts the standby pool wants (0 once every job is over)."""
+        if self.cfg.standby_hosts <= 0 or self._real_jobs_over() or self.budget_stopped:
+            return 0
+        pending = sum(1 for j in self.standby_ids if self.jobs[j].phase not in ("done", "failed"))
+        return max(0, self.cfg.standby_hosts - (len(self.held) - besides) - pending)
+
+    def _top_up_standby(self) -> None:
+        for _ in range(self._pool_short_by()):
+            job_id = f"standby-{len(self.standby_ids) + 1}"
+            self.standby_ids.add(job_id)
+            self.jobs[job_id] = new_job(job_id, req=self.req, shape=self.shape, standby=True)
+            self._log("standby_wanted", job=job_id)
+            self._wake(job_id, self.clock.now())
+
+    def _hold_expired(self, iid: str) -> None:
+        h = self.held.get(iid)
+        now = self.clock.now()
+        if h is None or h.hold_until > now + 1e-9:
+            return  # adopted, dropped, or renewed since
+        if self._pool_short_by(besides=1) > 0:
+            # Keep it as the standby rather than renting another and pulling the image again.
+            h = replace(h, hold_until=now + self.cfg.standby_hold_s)
+            self.held[iid] = h
+            self.standby_spans.setdefault(iid, [now, None])
+            self._push(h.hold_until, "hold_expired", "", iid)
+            self._log("hold_renewed", instance=iid, machine=h.machine_id, until_s=h.hold_until - self.t0)
+            return
+        self.held.pop(iid)
+        self._stop_instance(iid, reason="hold expired", evidence="no compatible job within the hold")
+
+    def _check_pool(self) -> None:
+        """Poll the held hosts: one that vanished while it waited is dropped and recorded."""
+        for iid, h in list(self.held.items()):
+            inst = self.market.status(iid)
+            if inst.state != "running":
+                self._drop_held(h, f"held host reported {inst.state}")
+        if self.held:
+            self._push(self.clock.now() + POOL_CHECK_S, "pool_check", "")
+
+    def _drop_held(self, h: HeldHost, evidence: str) -> None:
+        self.held.pop(h.instance_id, None)
+        self._stop_instance(h.instance_id, reason="lost", evidence=evidence)
+        self._record(Record(h.machine_id, h.provider, "failure", "lost", evidence))
+
+    def _check_budget(self) -> None:
+        """The budget monitor: end every job before what bills now could cross the cap."""
+        assert self.budget_usd is not None
+        now = self.clock.now()
+        spent = 0.0
+        burn_per_s = 0.0
+        for bill in self.referee.bills():
+            spent += bill.total_usd
+            if bill.ended_at is None:
+                offer = self.referee.host_of(bill.instance_id).offer
+                burn_per_s += offer.storage_per_gb_month * bill.disk_gb / 720.0 / 3600.0
+                if bill.instance_id in self.live or bill.instance_id in self.held:
+                    burn_per_s += offer.dph / 3600.0
+        if spent + burn_per_s * BUDGET_GUARD_S < self.budget_usd:
+            self._push(now + BUDGET_CHECK_S, "budget_check", "")
+            return
+        self.budget_stopped = True
+        cap = f"campaign budget ${self.budget_usd:.2f}"
+        evidence = f"${spent:.4f} billed, ${burn_per_s * 3600:.4f}/h still billing"
+        self._log("budget_cap", spent_usd=round(spent, 4), budget_usd=self.budget_usd)
+        for job_id in list(self.jobs):
+            if self.jobs[job_id].phase not in ("done", "failed"):
+                self._feed(job_id, BudgetCapReached(cap, evidence))
+        for iid in list(self.held):
+            self._stop_instance(self.held.pop(iid).instance_id, reason="budget_cap", evidence=evidence)
 
     def _on_wake(self, job_id: str) -> None:
         job = self.jobs[job_id]
         att = job.attempt
         obs: Observation
         if job.phase == "queued":
-            obs = Tick(view=self._view(job))
+            view = self._view(job)
+            if view.budget_left_usd is not None and not self.live and not self.held and (
+                view.budget_left_usd < self._cheapest_attempt(list(view.offers))
+            ):
+                # Nothing rented any more and what is left cannot pay for one attempt.
+                cap = f"campaign budget ${self.budget_usd:.2f}"
+                obs = BudgetCapReached(cap, f"${view.budget_left_usd:.4f} left, less than the cheapest attempt")
+            else:
+                obs = Tick(view=view)
         elif att is None:
             return
         elif job.phase in ("booting", "preflight"):
@@ -285,9 +401,6 @@ class _Campaign:
         budget_left = None
         if self.budget_usd is not None and self.policy != "naive":
             budget_left = self.budget_usd - self._committed_usd()
-            if budget_left < self._cheapest_attempt(offers) and not self.live:
-                self.jobs[job.job_id] = replace(job, phase="failed", failure="budget exhausted")
-                self.failed[job.job_id] = "budget exhausted"
         return MarketView(
             offers=tuple(offers), records=dict(self.records), held=tuple(self.held.values()), budget_left_usd=budget_left
         )
@@ -321,7 +434,7 @@ class _Campaign:
             return TrainerStatus(inst, None)
         if inst.state == "gone":
             last_beat = tr.dies_at if tr.dies_at is not None else now
-            beat = math.floor((last_beat - tr.started_at) / HEARTBEAT_S) * HEARTBEAT_S + tr.started_at
+            beat = math.floor(max(0.0, last_beat - tr.started_at) / HEARTBEAT_S) * HEARTBEAT_S + tr.started_at
             return TrainerStatus(inst, None, heartbeat_at=beat)
         work = tr.work_at(now)
         ckpt = tr.checkpoint_at(now)
@@ -343,6 +456,15 @@ class _Campaign:
             if h is None:
                 self._wake(act.job_id, now)
                 return None
+            state = self.market.status(h.instance_id).state
+            if state != "running":  # it vanished while it waited: drop it, look again
+                self.held[h.instance_id] = h
+                self._drop_held(h, f"held host reported {state} when adopted")
+                self._wake(act.job_id, now)
+                return None
+            span = self.standby_spans.get(h.instance_id)
+            if span is not None and span[1] is None:
+                span[1] = now
             self.live[h.instance_id] = _Live(act.job_id, Offer(
                 provider=h.provider, offer_id="held", machine_id=h.machine_id, gpu_name=h.gpu_name, num_gpus=h.num_gpus,
                 gpu_ram_gb=h.gpu_ram_gb, dph_total=h.dph_total, storage_per_gb_month=None, inet_down_per_gb=None,
@@ -372,19 +494,31 @@ class _Campaign:
         elif isinstance(act, StartTraining):
             self._start_trainer(act)
         elif isinstance(act, Hold):
+            if self.budget_stopped:
+                self._stop_instance(act.host.instance_id, reason="budget_cap", evidence="no holds after the cap")
+                return None
+            if not self.held:
+                self._push(now + POOL_CHECK_S, "pool_check", "")
             self.held[act.host.instance_id] = act.host
+            live = self.live.get(act.host.instance_id)
+            if live is not None:  # what the hold may still bill
+                live.reserved_usd = self.referee.bill(act.host.instance_id).total_usd + act.host.dph_total * min(
+                    act.host.hold_until - now, 3600.0) / 3600.0
             self._push(act.host.hold_until, "hold_expired", act.job_id, act.host.instance_id)
-            self._log("held", job=act.job_id, instance=act.host.instance_id, until_s=act.host.hold_until - self.t0)
+            self._log("held", job=act.job_id, instance=act.host.instance_id, until_s=act.host.hold_until - self.t0,
+                      standby=act.job_id in self.standby_ids)
         elif isinstance(act, Recovered):
             self.recoveries.append({
                 "job": act.job_id, "machine_id": act.machine_id, "cause": act.cause,
                 "lost_at_s": round(act.lost_at - self.t0, 3), "resumed_at_s": round(act.resumed_at - self.t0, 3),
             })
         elif isinstance(act, Finished):
-            self.finished.add(act.job_id)
+            if act.job_id not in self.standby_ids:
+                self.finished.add(act.job_id)
             self._log("job_finished", job=act.job_id)
         elif isinstance(act, GaveUp):
-            self.failed[act.job_id] = act.reason
+            if act.job_id not in self.standby_ids:
+                self.failed[act.job_id] = act.reason
             self._log("job_failed", job=act.job_id, reason=act.reason)
         return None
 
@@ -397,6 +531,8 @@ class _Campaign:
             return CreateResult(act.offer, None, str(exc))
         reserved = self._attempt_cost(act.offer) * RESERVE_FACTOR
         self.live[iid] = _Live(act.job_id, act.offer, self.clock.now(), reserved_usd=reserved)
+        if act.job_id in self.standby_ids:
+            self.standby_spans[iid] = [self.clock.now(), None]
         self._log("created", job=act.job_id, instance=iid, machine=act.offer.machine_id, rate_usd_per_hour=act.offer.dph_total, reason=act.why)
         if self.policy == "oracle":
             self._schedule_oracle(act.job_id, iid, act.offer)
@@ -487,6 +623,10 @@ class _Campaign:
             self.trainer_stops[id(tr)] = self.clock.now()
 
     def _stop_instance(self, iid: str, *, reason: str, evidence: str, job: str = "") -> None:
+        self.live.pop(iid, None)
+        span = self.standby_spans.get(iid)
+        if span is not None and span[1] is None:
+            span[1] = self.clock.now()
         self._end_trainer(iid)
         self.market.stop(iid)
         self._log("stopped", job=job, instance=iid, reason=reason, evidence=evidence)
@@ -520,6 +660,12 @@ class _Campaign:
             idle_s += max(0.0, assigned_until - tr.started_at - trained)
         rec_s = sorted(r["resumed_at_s"] - r["lost_at_s"] for r in self.recoveries)
         total = sum(b.total_usd for b in bills)
+        standby_usd = 0.0
+        for iid, (start, stop) in self.standby_spans.items():
+            assert start is not None
+            standby_usd += self.referee.bill(iid, as_of_s=end if stop is None else stop).total_usd
+            standby_usd -= self.referee.bill(iid, as_of_s=start).total_usd
+        unfinished = [{"job": j, "reason": self.failed[j]} for j in self.real_jobs if j in self.failed]
         return {
             "policy": self.policy,
             "trace": self.trace_label,
@@ -539,6 +685,9 @@ class _Campaign:
             "budget_usd": self.budget_usd,
             "budget_exceeded": self.budget_usd is not None and total > self.budget_usd + 1e-9,
             "sim_seconds": round(end - self.t0, 1),
+            "standby_hosts": self.cfg.standby_hosts,
+            "standby_cost_usd": round(standby_usd, 4),
+            "unfinished_jobs": unfinished,
         }
 
 
@@ -548,14 +697,22 @@ def _p90(sorted_values: list[float]) -> float:
     return sorted_values[k]
 
 
-def run_campaign(trace: Trace, *, policy: str = "guarded", jobs: int | None = None, seed: int = 0, trace_label: str | None = None) -> CampaignResult:
-    """Replay one campaign in virtual time; the receipt comes from the simulator's referee."""
-    c = _Campaign(trace, policy, jobs=jobs, seed=seed, trace_label=trace_label or trace.name)
+def run_campaign(
+    trace: Trace, *, policy: str = "guarded", jobs: int | None = None, seed: int = 0, trace_label: str | None = None,
+    standby_hosts: int | None = None,
+) -> CampaignResult:
+    """Replay one campaign in virtual time; the receipt comes from the simulator's referee.
+
+    `standby_hosts` overrides the policy's warm standby pool (default: the policy's, 0).
+    """
+    c = _Campaign(trace, policy, jobs=jobs, seed=seed, trace_label=trace_label or trace.name, standby_hosts=standby_hosts)
     receipt = c.run()
     return CampaignResult(receipt=receipt, ledger=c.ledger, unfinished=dict(c.failed))
 
 
-def run_campaign_file(path: str, *, policy: str = "guarded", jobs: int | None = None, seed: int = 0) -> CampaignResult:
+def run_campaign_file(
+    path: str, *, policy: str = "guarded", jobs: int | None = None, seed: int = 0, standby_hosts: int | None = None
+) -> CampaignResult:
     """`run_campaign` on a trace file (or a shipped trace's name)."""
     trace = load_trace(path)
-    return run_campaign(trace, policy=policy, jobs=jobs, seed=seed, trace_label=str(path))
+    return run_campaign(trace, policy=policy, jobs=jobs, seed=seed, trace_label=str(path), standby_hosts=standby_hosts)

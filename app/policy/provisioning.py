@@ -16,6 +16,12 @@ Three configurations share this code: `guarded` (the product), `naive` (the rent
 this: cheapest hourly offer, no status-line watch, waits 30 min for `running`, no preflight, no
 quarantine, a dead training noticed after 105 min) and `oracle` (guarded choices, with failures
 reported by the driver at the earliest instant anyone could observe them, via `FailureSeen`).
+
+A job made with `new_job(..., standby=True)` provisions a warm standby host instead of training:
+once verified, the host is held (`Hold`) for the next job that needs one, so a recovery skips
+the image pull (`ProvisioningConfig.standby_hosts`, kept by the driver). A `BudgetCapReached`
+observation ends any job where it stands: its host stopped (destroyed only if it never held the
+job's work), nothing new rented, the cap named.
 """
 
 from __future__ import annotations
@@ -34,7 +40,14 @@ from app.policy.bootwatch import (
     start_watch,
 )
 from app.policy.preflight import PreflightReport, judge_preflight, unreachable
-from app.policy.ranking import JobShape, RankedOffer, Requirements, machine_key, rank_offers
+from app.policy.ranking import (
+    JobShape,
+    RankedOffer,
+    ReliabilityFloor,
+    Requirements,
+    machine_key,
+    rank_offers,
+)
 from app.policy.reputation import MachineRecord
 from app.policy.retry import HeldHost, backoff_s, may_create, pick_held_host
 
@@ -42,6 +55,7 @@ __all__ = [
     "Action",
     "Adopt",
     "Attempt",
+    "BudgetCapReached",
     "Create",
     "Destroy",
     "FailureSeen",
@@ -84,7 +98,7 @@ class ProvisioningConfig:
     preflight_timeout_s: float = 180.0
     monitor_s: float = 30.0  # training poll interval
     stall_s: float = 600.0  # no training progress for this long while alive: a hang
-    idle_stall_s: float = 120.0  # no progress AND GPU utilisation <= idle_util_pct: a hang sooner
+    idle_stall_s: float = 60.0  # no progress AND GPU utilisation <= idle_util_pct: a hang sooner
     idle_util_pct: float = 5.0
     notice_delay_s: float = 0.0  # how long a dead/hung training goes unnoticed (naive: 105 min)
     hold_s: float = 600.0
@@ -93,6 +107,13 @@ class ProvisioningConfig:
     queue_retry_s: float = 30.0  # no offer fits now: look again this much later
     jitter_u: float = 0.5  # set per decision by `decide(..., jitter_u=)`; 0.5 = no jitter
     max_offer_wait_s: float = 6 * 3600.0  # no offer fits for this long: give the job up
+    # The platform's reliability score: a filter relaxed only when nothing above it is left
+    # ("fallback"), or only the prior of the delivery probability ("prior"; see ranking).
+    reliability_floor: ReliabilityFloor = "prior"
+    # Warm standby: verified hosts the driver keeps waiting while jobs run, so a recovery adopts
+    # one instead of pulling the image again. The driver provisions them as standby jobs.
+    standby_hosts: int = 0
+    standby_hold_s: float = 6 * 3600.0  # a standby host's hold; the driver renews or releases it
 
 
 def guarded_config() -> ProvisioningConfig:
@@ -121,6 +142,7 @@ def naive_config() -> ProvisioningConfig:
         preflight=False,
         quarantine=False,
         rank_by="hourly",
+        reliability_floor="fallback",
         stall_s=0.0,
         notice_delay_s=105 * 60.0,
         hold_s=0.0,
@@ -164,10 +186,11 @@ class JobState:
     lost_machine: str | None = None
     failure: str | None = None
     waiting_since: float | None = None  # when the job last found no offer that fits
+    standby: bool = False  # provisions a verified host to hold for others, trains nothing
 
 
-def new_job(job_id: str, *, req: Requirements, shape: JobShape) -> JobState:
-    return JobState(job_id=job_id, req=req, shape=shape)
+def new_job(job_id: str, *, req: Requirements, shape: JobShape, standby: bool = False) -> JobState:
+    return JobState(job_id=job_id, req=req, shape=shape, standby=standby)
 
 
 # -- observations -----------------------------------------------------------------------------
@@ -235,7 +258,17 @@ class FailureSeen:
     evidence: str
 
 
-Observation = Tick | CreateResult | Adopted | Polled | PreflightResult | TrainerStatus | FailureSeen
+@dataclass(frozen=True, slots=True)
+class BudgetCapReached:
+    """Spend reached a cap: end the job where it stands (checkpointed work stays safe)."""
+
+    cap: str  # which cap, e.g. "campaign budget $25.00"
+    evidence: str = ""
+
+
+Observation = (
+    Tick | CreateResult | Adopted | Polled | PreflightResult | TrainerStatus | FailureSeen | BudgetCapReached
+)
 
 
 # -- actions ----------------------------------------------------------------------------------
@@ -338,14 +371,18 @@ Action = (
 def choose_host(
     job: JobState, view: MarketView, *, now: float, cfg: ProvisioningConfig
 ) -> HeldHost | RankedOffer | None:
-    """A held verified host first; else the best offer by the configured ranking."""
-    if cfg.hold_s > 0:
+    """A held verified host first (not for a standby job: it exists to add one); else the best
+    offer by the configured ranking."""
+    if (cfg.hold_s > 0 or cfg.standby_hosts > 0) and not job.standby:
         held = [h for h in view.held if h.machine_id not in job.excluded]
         pick = pick_held_host(held, job.req, now=now)
         if pick is not None:
             return pick
     records = view.records if cfg.quarantine else {}
-    ranked = rank_offers(view.offers, job.req, job.shape, records=records, now=now, excluded=job.excluded)
+    ranked = rank_offers(
+        view.offers, job.req, job.shape, records=records, now=now, excluded=job.excluded,
+        reliability_floor=cfg.reliability_floor,
+    )
     if cfg.rank_by == "hourly":
         ranked.sort(key=lambda r: (r.offer.dph_total, r.offer.offer_id))
     if view.budget_left_usd is not None:
@@ -363,6 +400,8 @@ def decide(
     """
     if job.phase in ("done", "failed"):
         return job, []
+    if isinstance(obs, BudgetCapReached):
+        return _on_budget_cap(job, obs)
     if isinstance(obs, Tick):
         return _on_tick(job, obs, now, cfg)
     if isinstance(obs, CreateResult):
@@ -384,6 +423,22 @@ def decide(
     if job.phase == "training" and isinstance(obs, TrainerStatus):
         return _on_trainer(job, att, obs, now, cfg)
     return job, []
+
+
+def _on_budget_cap(job: JobState, obs: BudgetCapReached) -> tuple[JobState, list[Action]]:
+    """Nothing new is rented; the job's host is stopped (destroyed only if it never held work)."""
+    reason = f"budget cap reached: {obs.cap}"
+    acts: list[Action] = []
+    att = job.attempt
+    if att is not None:
+        evidence = obs.evidence or reason
+        if att.held_work:
+            acts.append(Stop(job.job_id, att.instance_id, att.machine_id, "budget_cap", evidence))
+        else:
+            acts.append(Destroy(job.job_id, att.instance_id, att.machine_id, "budget_cap", evidence))
+    failed = replace(job, phase="failed", attempt=None, failure=reason)
+    acts.append(GaveUp(job.job_id, reason))
+    return failed, acts
 
 
 def _on_tick(job: JobState, obs: Tick, now: float, cfg: ProvisioningConfig) -> tuple[JobState, list[Action]]:
@@ -494,7 +549,7 @@ def _on_boot_poll(
     if isinstance(verdict, BootReady):
         acts: list[Action] = [Record(att.machine_id, att.provider, "boot", None, f"running after {verdict.boot_s:.0f}s")]
         if not cfg.preflight:
-            job2, more = _start_training(job, att, now, cfg)
+            job2, more = _verified(job, att, now, cfg)
             return job2, acts + more
         att = replace(att, preflight_started_at=now)
         job = replace(job, phase="preflight", attempt=att)
@@ -526,8 +581,20 @@ def _on_preflight(
     if not verdict.passed:
         return _fail_attempt(job, att, reason=verdict.failure or "no_compute", evidence=verdict.evidence, now=now, cfg=cfg, destroy=True)
     evidence = verdict.evidence + ("; " + "; ".join(verdict.warnings) if verdict.warnings else "")
-    job2, acts = _start_training(job, att, now, cfg)
+    job2, acts = _verified(job, att, now, cfg)
     return job2, [Record(att.machine_id, att.provider, "preflight_passed", None, evidence), *acts]
+
+
+def _verified(job: JobState, att: Attempt, now: float, cfg: ProvisioningConfig) -> tuple[JobState, list[Action]]:
+    """The host proved it computes: train on it, or (a standby job) hold it for whoever needs it."""
+    if not job.standby:
+        return _start_training(job, att, now, cfg)
+    host = HeldHost(
+        instance_id=att.instance_id, machine_id=att.machine_id, provider=att.provider,
+        gpu_name=att.offer.gpu_name, gpu_ram_gb=att.offer.gpu_ram_gb, num_gpus=att.offer.num_gpus,
+        dph_total=att.offer.dph_total, held_since=now, hold_until=now + cfg.standby_hold_s,
+    )
+    return replace(job, phase="done", attempt=None, failures_in_row=0), [Hold(job.job_id, host)]
 
 
 def _start_training(job: JobState, att: Attempt, now: float, cfg: ProvisioningConfig) -> tuple[JobState, list[Action]]:

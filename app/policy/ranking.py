@@ -5,12 +5,22 @@ image/model pull plus the training at the offer's price, the storage of the job'
 attempt's life, and the traffic of the download (`attempt_cost_usd`). A host delivers only with
 probability p: the platform's reliability as the prior of a Beta posterior updated by our own
 record of the machine, times how often rentals on this marketplace deliver for us at all
-(`market_delivery_rate`). Each failed attempt costs roughly the part of the pull a dud bills
-before it is caught, so with geometric retries:
+(`market_delivery_rate`). A failed attempt costs the GPU time and storage of the part of the pull
+a dud bills before it is caught, and the traffic of the whole download (a stale driver or
+misreported hardware is seen only by the preflight, once everything was pulled and billed), so
+with geometric retries:
 
     cost per delivered job = attempt cost + failed-attempt cost x (1 - p) / p
 
 which ranks a $0.11/h host with dear traffic and a poor record below a $0.14/h host that delivers.
+
+The platform's reliability score is uptime, not delivery. `reliability_floor="fallback"` treats
+the job's minimum reliability as a filter that relaxes only when nothing above it is left (the
+platform's own filter; the naive renter); `"prior"` ranks every offer and lets the score weigh
+in only as the prior of p, as the guarded policy does: measured on marketplace-shaped traces, the
+floor pushed renters onto dear, traffic-billing duds with shiny scores while cheaper zero-traffic
+hosts below 0.98 delivered as often (docs/campaign.md). A hard floor
+(`Requirements.reliability_floor_soft=False`) filters in both modes.
 
 (The all-in price formula is `app.policy.pricing.expected_cost`, shared with the market CLI; this
 module adds the per-job life, the delivery probability and the price of failure.)
@@ -20,6 +30,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
+from typing import Literal
 
 from app.market import Offer
 from app.policy.gpus import same_gpu
@@ -36,17 +47,21 @@ __all__ = [
     "DEFAULT_INET_DOWN_MBPS",
     "JobShape",
     "RankedOffer",
+    "ReliabilityFloor",
     "Requirements",
     "attempt_cost_usd",
+    "failed_attempt_cost_usd",
     "machine_key",
+    "market_delivery_rate",
     "offer_rejection",
     "pull_seconds",
     "rank_offers",
 ]
 
-DEFAULT_INET_DOWN_MBPS = 100.0
-DUD_PULL_FRACTION = 0.6  # assumption: what share of its pull a dud bills before it is caught  # assumed when an offer does not advertise its download speed
+DEFAULT_INET_DOWN_MBPS = 100.0  # assumed when an offer does not advertise its download speed
+DUD_PULL_FRACTION = 0.6  # assumption: what share of its pull's GPU time a dud bills before it is caught
 _DUD_REASONS = BOOT_FAILURES | PREFLIGHT_FAILURES
+ReliabilityFloor = Literal["fallback", "prior"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,9 +177,16 @@ def rank_offers(
     records: Mapping[str, MachineRecord],
     now: float,
     excluded: frozenset[str] = frozenset(),
+    reliability_floor: ReliabilityFloor = "fallback",
 ) -> list[RankedOffer]:
-    """Eligible offers, cheapest expected cost per delivered job first (ties: cheaper hourly)."""
+    """Eligible offers, cheapest expected cost per delivered job first (ties: cheaper hourly).
+
+    A soft reliability floor either falls back to the offers below it when none above is left
+    (`"fallback"`) or does not filter at all (`"prior"`: the score is only the prior of p).
+    """
     offers = list(offers)
+    if reliability_floor == "prior" and req.reliability_floor_soft:
+        req = replace(req, min_reliability=0.0)
     ranked = _rank(offers, req, shape, records=records, now=now, excluded=excluded)
     if not ranked and req.reliability_floor_soft and req.min_reliability > 0:
         ranked = _rank(offers, replace(req, min_reliability=0.0), shape, records=records, now=now, excluded=excluded)
@@ -186,22 +208,17 @@ def _rank(
         rec = records.get(machine_key(offer))
         if offer_rejection(offer, req, record=rec, now=now, excluded=excluded) is not None:
             continue
-        def cost_of(*, train_s: float, overhead_s: float, o: Offer = offer) -> float:
-            return attempt_cost_usd(
-                dph_total=o.dph_total,
-                storage_per_gb_month=o.storage_per_gb_month,
-                inet_down_per_gb=o.inet_down_per_gb,
-                inet_down_mbps=o.inet_down_mbps,
-                download_gb=shape.download_gb,
-                train_s=train_s,
-                disk_gb=shape.disk_gb,
-                overhead_s=overhead_s,
-            )
-
-        cost = cost_of(train_s=shape.train_s, overhead_s=shape.overhead_s)
-        # A dud dies somewhere in its pull (or at its end, at the preflight): on average it has
-        # billed about DUD_PULL_FRACTION of the pull's GPU time, storage and traffic.
-        fail_cost = DUD_PULL_FRACTION * cost_of(train_s=0.0, overhead_s=0.0)
+        cost = attempt_cost_usd(
+            dph_total=offer.dph_total,
+            storage_per_gb_month=offer.storage_per_gb_month,
+            inet_down_per_gb=offer.inet_down_per_gb,
+            inet_down_mbps=offer.inet_down_mbps,
+            download_gb=shape.download_gb,
+            train_s=shape.train_s,
+            disk_gb=shape.disk_gb,
+            overhead_s=shape.overhead_s,
+        )
+        fail_cost = failed_attempt_cost_usd(offer, shape)
         p = market_rate * delivery_probability(
             platform_reliability=offer.reliability,
             delivered=rec.delivered if rec else 0,
@@ -211,6 +228,21 @@ def _rank(
         ranked.append(RankedOffer(offer, cost, p, per_job))
     ranked.sort(key=lambda r: (r.cost_per_delivered_job_usd, r.offer.dph_total, r.offer.offer_id))
     return ranked
+
+
+def failed_attempt_cost_usd(offer: Offer, shape: JobShape) -> float:
+    """What a dud on this offer bills before it is caught: GPU time and storage for
+    DUD_PULL_FRACTION of the pull (frozen and fatal pulls die part-way, stale drivers at its end),
+    and the traffic of the whole download (the preflight sees a stale driver only after it)."""
+    pull_h = pull_seconds(download_gb=shape.download_gb, inet_down_mbps=offer.inet_down_mbps) / 3600.0
+    return expected_cost(
+        dph_total=offer.dph_total,
+        storage_per_gb_month=offer.storage_per_gb_month,
+        inet_down_per_gb=offer.inet_down_per_gb,
+        hours=DUD_PULL_FRACTION * pull_h,
+        disk_gb=shape.disk_gb,
+        download_gb=shape.download_gb,
+    ).expected_cost_usd
 
 
 def market_delivery_rate(

@@ -4,7 +4,9 @@ The platform's reliability score measures uptime; we pay for delivery. A `Machin
 what each rental of the machine delivered (booted, passed preflight, finished a slice) and every
 failure with its reason. Quarantine follows from failures: a machine that failed boot or
 preflight is not re-picked for `quarantine_s` (default 30 days); one that misreported its
-hardware stays out until the operator lifts it. Pure data and pure functions: the store lives in
+hardware stays out until the operator lifts it; one that vanished or hung under our training
+stays out for `run_quarantine_s` (default 1 day: re-renting it at once re-exposes the next job
+to the same loss, and a recovery that lands on it loses its work again). Pure data and pure functions: the store lives in
 `app.reputation`, the clock in the caller.
 """
 
@@ -16,6 +18,7 @@ from typing import Literal
 __all__ = [
     "BOOT_FAILURES",
     "DEFAULT_QUARANTINE_S",
+    "DEFAULT_RUN_QUARANTINE_S",
     "FAILURE_REASONS",
     "PERMANENT_FAILURES",
     "PREFLIGHT_FAILURES",
@@ -60,6 +63,10 @@ FAILURE_REASONS: frozenset[str] = BOOT_FAILURES | PREFLIGHT_FAILURES | RUN_FAILU
 # Misreported hardware: a host that lied about what it is stays out until an operator lifts it.
 PERMANENT_FAILURES: frozenset[str] = frozenset({"gpu_mismatch", "vram_short"})
 DEFAULT_QUARANTINE_S = 30 * 24 * 3600.0
+# The host vanished or the training hung on it: out for a day (not for a "train_failed", which
+# may be the job's own fault).
+RUN_QUARANTINE_FAILURES: frozenset[str] = frozenset({"lost", "hang"})
+DEFAULT_RUN_QUARANTINE_S = 24 * 3600.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,22 +111,31 @@ def record_slice_finished(rec: MachineRecord, *, now: float) -> MachineRecord:
     return replace(rec, slices_finished=rec.slices_finished + 1, last_seen_at=now)
 
 
-def quarantine_reason_for(reason: str) -> Literal["permanent", "window", "none"]:
-    """How a failure quarantines: misreported hardware forever, boot/preflight for a window."""
+def quarantine_reason_for(reason: str) -> Literal["permanent", "window", "run_window", "none"]:
+    """How a failure quarantines: misreported hardware forever, boot/preflight for a window, a
+    host lost or hung under training for the shorter run window."""
     if reason in PERMANENT_FAILURES:
         return "permanent"
     if reason in BOOT_FAILURES or reason in PREFLIGHT_FAILURES:
         return "window"
+    if reason in RUN_QUARANTINE_FAILURES:
+        return "run_window"
     return "none"
 
 
 def record_failure(
-    rec: MachineRecord, *, reason: str, now: float, quarantine_s: float = DEFAULT_QUARANTINE_S
+    rec: MachineRecord,
+    *,
+    reason: str,
+    now: float,
+    quarantine_s: float = DEFAULT_QUARANTINE_S,
+    run_quarantine_s: float = DEFAULT_RUN_QUARANTINE_S,
 ) -> MachineRecord:
     """Count a failure and quarantine the machine as the reason demands.
 
-    Failures during training (`lost`, `hang`, `train_failed`) lower the reputation but do not
-    quarantine: the machine did deliver once, and the supervisor excludes it for that job.
+    A host lost or hung under training (`lost`, `hang`) is kept out for `run_quarantine_s` (it
+    did deliver once, so not for the boot/preflight window); `train_failed` lowers the
+    reputation only.
     """
     if reason not in FAILURE_REASONS:
         raise ValueError(f"unknown failure reason {reason!r}; known: {sorted(FAILURE_REASONS)}")
@@ -127,8 +143,8 @@ def record_failure(
     kind = quarantine_reason_for(reason)
     if kind == "permanent":
         return replace(rec, quarantine_permanent=True, quarantined_until=None, quarantine_reason=reason)
-    if kind == "window" and not rec.quarantine_permanent:
-        until = now + quarantine_s
+    if kind in ("window", "run_window") and not rec.quarantine_permanent:
+        until = now + (quarantine_s if kind == "window" else run_quarantine_s)
         if rec.quarantined_until is None or until > rec.quarantined_until:
             return replace(rec, quarantined_until=until, quarantine_reason=reason)
     return rec

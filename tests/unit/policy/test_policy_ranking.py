@@ -9,6 +9,7 @@ from app.policy.ranking import (
     JobShape,
     Requirements,
     attempt_cost_usd,
+    failed_attempt_cost_usd,
     offer_rejection,
     rank_offers,
 )
@@ -62,7 +63,7 @@ def test_traffic_price_can_outweigh_a_cheaper_hourly_rate() -> None:
 
 def test_our_record_beats_the_platform_score() -> None:
     """At the same price, a machine that delivered for us beats one with a perfect score that failed us."""
-    bad = record_failure(MachineRecord("m-x"), reason="lost", now=0.0)
+    bad = record_failure(MachineRecord("m-x"), reason="train_failed", now=0.0)
     good = record_preflight_passed(MachineRecord("m-y"), now=0.0)
     ranked = rank_offers([offer("x", dph=0.19, rel=1.0), offer("y", dph=0.19, rel=0.98)], Requirements(), SHAPE,
                          records={"m-x": bad, "m-y": good}, now=1.0)
@@ -80,6 +81,26 @@ def test_a_hostile_market_prices_failed_attempts_in() -> None:
     assert quiet[0].delivery_probability > hostile[0].delivery_probability
     assert hostile[0].cost_per_delivered_job_usd > quiet[0].cost_per_delivered_job_usd
     assert hostile[0].offer.offer_id == "f"
+
+
+def test_reliability_as_prior_ranks_a_cheaper_host_below_the_floor_first() -> None:
+    """In "prior" mode the platform score only weighs in as the prior: a cheap zero-traffic host
+    at 0.93 beats a dearer one with traffic at 0.99; a hard floor still filters."""
+    offers = [offer("low", rel=0.93, dph=0.10), offer("hi", rel=0.99, dph=0.18, traffic=0.02)]
+    ranked = rank_offers(offers, Requirements(), SHAPE, records={}, now=0.0, reliability_floor="prior")
+    assert [r.offer.offer_id for r in ranked] == ["low", "hi"]
+    assert ranked[0].delivery_probability < ranked[1].delivery_probability
+    hard = Requirements(reliability_floor_soft=False)
+    assert [r.offer.offer_id for r in rank_offers(offers, hard, SHAPE, records={}, now=0.0, reliability_floor="prior")] == ["hi"]
+
+
+def test_a_failed_attempt_bills_the_whole_download_s_traffic() -> None:
+    """The price of failure counts all of the traffic (a stale driver is seen after the pull) and
+    part of the pull's GPU time."""
+    pricey = offer("t", dph=0.2, traffic=0.05, mbps=800.0)
+    assert failed_attempt_cost_usd(pricey, SHAPE) >= 0.05 * SHAPE.download_gb
+    free = offer("f", dph=0.2, traffic=0.0, mbps=800.0)
+    assert failed_attempt_cost_usd(free, SHAPE) < 0.2 * (SHAPE.download_gb * 8000 / 800) / 3600 + 0.01
 
 
 def test_soft_reliability_floor_admits_lower_scores_only_when_nothing_else_is_left() -> None:

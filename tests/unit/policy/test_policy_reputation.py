@@ -6,6 +6,7 @@ import pytest
 
 from app.policy.reputation import (
     DEFAULT_QUARANTINE_S,
+    DEFAULT_RUN_QUARANTINE_S,
     MachineRecord,
     delivery_probability,
     is_quarantined,
@@ -46,9 +47,13 @@ def test_misreported_hardware_is_permanent_until_lifted() -> None:
     assert lifted.failures == rec.failures
 
 
-def test_training_loss_lowers_reputation_without_quarantine() -> None:
-    """A host lost mid-run counts as a failure but is not quarantined."""
-    rec = record_failure(MachineRecord("m-1"), reason="lost", now=0.0)
+def test_training_loss_quarantines_for_the_short_run_window() -> None:
+    """A host lost or hung mid-run is kept out for a day; a failed training only lowers the record."""
+    for reason in ("lost", "hang"):
+        rec = record_failure(MachineRecord("m-1"), reason=reason, now=0.0)
+        assert rec.failure_count == 1 and is_quarantined(rec, now=1.0)
+        assert not is_quarantined(rec, now=DEFAULT_RUN_QUARANTINE_S)
+    rec = record_failure(MachineRecord("m-1"), reason="train_failed", now=0.0)
     assert rec.failure_count == 1 and not is_quarantined(rec, now=1.0)
 
 
