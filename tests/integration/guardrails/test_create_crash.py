@@ -67,7 +67,7 @@ def test_kill_9_at_each_step_of_a_create_never_creates_twice(
     """The worker process dies at `step` 10 times; each job still ends with exactly one instance."""
     env, rentals, market = _setup(th_env, vast, tmp_path)
     env["TUNEHARNESS_CHAOS_KILL_AT"] = step
-    worker = CeleryWorker.start(env, cwd=REPO, queues="provision", concurrency=1, name=f"chaos-{step}")
+    worker = CeleryWorker.start(env, cwd=REPO, queues="provision", concurrency=2, name=f"chaos-{step}")
     client = _client(env)
     try:
         ids = [_plan(rentals, market, vast, f"job-{step.replace('_', '')}-{i}") for i in range(ROUNDS)]
