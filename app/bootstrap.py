@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from app.policy.provisioning import PreflightResult
     from app.reputation import ReputationStore
     from app.services.provisioning import ProvisioningService
+    from app.services.supervisor import SupervisorService
     from app.ssh import KeyPair
     from app.triage.chain import TriageChain
     from gate.service import GateService
@@ -47,6 +48,7 @@ __all__ = [
     "sim_campaign",
     "sim_serve",
     "ssh_preflight",
+    "supervisor",
     "triage_chain",
 ]
 
@@ -308,3 +310,60 @@ def provisioning(s: Settings | None = None) -> ProvisioningService:
 
     return ProvisioningService(engine(s), market_for=market, clock=clock, run_preflight=ssh_preflight,
                                launch_spec_for=launch_spec_for)
+
+
+def supervisor(s: Settings | None = None) -> SupervisorService:
+    """The training supervisor wired to the provisioning handler, SSH, the artifact store and triage.
+
+    Knobs (seconds of the provisioning clock, i.e. simulated seconds under the simulator):
+    TUNEHARNESS_MONITOR_S (30), TUNEHARNESS_REPOLL_S (10), TUNEHARNESS_SLICE_S (1800).
+    Artifacts go to TUNEHARNESS_ARTIFACTS (a directory or s3://BUCKET/PREFIX; default
+    TUNEHARNESS_HOME/artifacts).
+    """
+    import os
+    from pathlib import Path
+
+    from app.artifacts import open_store
+    from app.errors import ConfigError
+    from app.jobs import spec_from_dict
+    from app.market import Instance
+    from app.policy.supervision import SupervisorConfig
+    from app.services.supervisor import Bundle, SupervisorService, TriageAnswer, bundle_for_spec
+    from app.ssh import FileHostKeyPin, HostUnreachable, SSHHostShell
+
+    s = s or settings()
+    knobs: dict[str, float] = {}
+    for name, var in (("monitor_s", "TUNEHARNESS_MONITOR_S"), ("repoll_s", "TUNEHARNESS_REPOLL_S"),
+                      ("slice_s", "TUNEHARNESS_SLICE_S")):
+        raw = os.environ.get(var)
+        if raw:
+            try:
+                knobs[name] = float(raw)
+            except ValueError:
+                raise ConfigError(f"{var}={raw!r} is not a number of seconds. Fix: e.g. {var}=30") from None
+    cfg = SupervisorConfig(**knobs)  # type: ignore[arg-type]
+
+    def shell_for(inst: Instance, job_id: str) -> SSHHostShell:
+        if inst.ssh is None:
+            raise HostUnreachable(f"{inst.instance_id}: no SSH endpoint (state {inst.state})")
+        key = job_keypair(job_id, s)
+        pin = FileHostKeyPin(key.private_key_path.parent / f"host-{inst.provider}-{inst.instance_id}.pub")
+        return SSHHostShell(inst.ssh, key.private_key_path, pin=pin, connect_timeout_s=10.0)
+
+    def bundle_for(job_id: str) -> Bundle:
+        rec = jobs(s).get(job_id)
+        if rec is None:
+            raise ConfigError(f"no job {job_id!r} in the job table")
+        spec = spec_from_dict(rec.spec)
+        return bundle_for_spec(spec.train, base_dir=spec.base_dir)
+
+    def triage(job_id: str, log: str) -> TriageAnswer:
+        result = triage_chain().triage(log, id=job_id, job=job_id)
+        return TriageAnswer(result.state, result.action, result.needs_operator, result.evidence)
+
+    store = open_store(os.environ.get("TUNEHARNESS_ARTIFACTS") or str(s.home / "artifacts"))
+    return SupervisorService(
+        engine(s), provisioning=provisioning(s), shell_for=shell_for, store=store, staging=s.home / "staging",
+        bundle_for=bundle_for, trainer_dir=Path(__file__).resolve().parents[1] / "trainer",
+        notifier=notifier(s), triage=triage, jobs=jobs(s), cfg=cfg,
+    )

@@ -13,6 +13,7 @@ from app import bootstrap
 from app.jobs import spec_from_dict
 from app.market import MarketError, ProviderBusy
 from app.services.provisioning import Step
+from workers.celery_app import app
 from workers.config import MAX_COUNTDOWN_S
 from workers.tasks import task
 
@@ -34,6 +35,9 @@ def _schedule(step: Step) -> dict[str, Any]:
         watch_boot.apply_async(args=[step.job_id], countdown=_countdown_s(step.wake_at))
     if step.handed_over is not None:
         bootstrap.jobs().set_phase(step.job_id, "training", detail=f"on {step.handed_over}")
+        # the supervisor takes over: push the bundle, start the trainer, monitor (one chain per job)
+        seq = bootstrap.supervisor().arm(step.job_id, step.handed_over)
+        app.send_task("tuneharness.monitor.monitor_training", args=[step.job_id, seq], queue="monitor")
     elif step.phase == "failed":
         bootstrap.jobs().set_phase(step.job_id, "failed", detail=step.failure or "")
     return {"job": step.job_id, "phase": step.phase, "wake_at": step.wake_at, "preflight": step.preflight_instance,

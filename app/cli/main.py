@@ -22,6 +22,7 @@ from app.cli import (
     receipt_cmd,
     sim_cmd,
     stack_cmd,
+    status_cmd,
     triage_cmd,
 )
 from app.errors import UserError
@@ -47,6 +48,7 @@ stack_cmd.register(cli)
 doctor_cmd.register(cli)
 jobs_cmd.register(cli)
 receipt_cmd.register(cli)
+status_cmd.register(cli)
 
 
 def run() -> None:

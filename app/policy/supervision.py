@@ -106,11 +106,9 @@ def route_triage(state: str, action: str, *, exit_code: int | None, same_host_re
     text = action.lower()
     if "stop the job" in text or state in ("diverged", "data_error"):
         return "stop"
-    if "replace" in text or state == "cuda_fault":
-        return "replace"
-    if same_host_restarts >= cfg.max_same_host_restarts:
-        return "replace"
-    return "same_host"
+    if state in ("oom", "stalled", "progressing", "completed") or "same host" in text:
+        return "same_host" if same_host_restarts < cfg.max_same_host_restarts else "replace"
+    return "replace"  # cuda_fault, a full disk, anything unknown: another machine
 
 
 def stop_job(job: JobState, *, reason: str, evidence: str) -> tuple[JobState, list[Action]]:
@@ -119,7 +117,7 @@ def stop_job(job: JobState, *, reason: str, evidence: str) -> tuple[JobState, li
     att = job.attempt
     if att is not None:
         acts.append(Stop(job.job_id, att.instance_id, att.machine_id, reason, evidence))
-        acts.append(Record(att.machine_id, att.provider, "failure", reason, evidence))
+        acts.append(Record(att.machine_id, att.provider, "failure", "train_failed", f"{reason}: {evidence}"))
     failed = replace(job, phase="failed", attempt=None, failure=f"{reason}: {evidence}")
     acts.append(GaveUp(job.job_id, failed.failure or reason))
     return failed, acts

@@ -7,8 +7,9 @@ with its budget reservation, destroys that automation is allowed, reputation and
 ledger events with the evidence), save the state, and say when to look again. The campaign
 simulator (`workers/campaign.py`) drives the same `decide` in virtual time.
 
-Scope: from queued to "training handed over" (the supervisor of issue 7 takes the job from
-there). Held hosts (hold-and-batch) are not kept across jobs on this path yet.
+Scope: from queued to "training handed over"; the supervisor (`app.services.supervisor`) takes the
+job from there and feeds what it sees back through `observe` (lost host, hang, finished).
+Held hosts (hold-and-batch) are not kept across jobs on this path yet: a `Hold` stops the host.
 """
 
 from __future__ import annotations
@@ -183,6 +184,28 @@ class ProvisioningService:
         job, version = loaded
         return self._run(job, version, FailureSeen(reason, evidence))
 
+    def observe(self, job_id: str, obs: Observation) -> Step:
+        """The supervisor's observation of a training job (TrainerStatus): decide and apply."""
+        loaded = self.state(job_id)
+        if loaded is None:
+            return Step(job_id, "unknown")
+        job, version = loaded
+        return self._run(job, version, obs)
+
+    def give_up_training(self, job_id: str, *, reason: str, evidence: str) -> Step:
+        """The supervisor stops a training job for good (triage: a new host won't fix it)."""
+        from app.policy.supervision import stop_job
+
+        loaded = self.state(job_id)
+        if loaded is None:
+            return Step(job_id, "unknown")
+        job, version = loaded
+        job, actions = stop_job(job, reason=reason, evidence=evidence)
+        for act in actions:
+            self._apply(job, act)
+        self._save(job, version, None)
+        return Step(job.job_id, job.phase, failure=job.failure)
+
     # -- the loop -----------------------------------------------------------------------------
     def _run(self, job: JobState, version: int, first: Observation) -> Step:
         pending: list[Observation] = [first]
@@ -253,7 +276,16 @@ class ProvisioningService:
             self.ledger.append(Event(kind="provisioning_failed", job=job.job_id, reason=act.reason,
                                      idempotency_key=f"{job.job_id}:provisioning_failed"))
             return None
-        if isinstance(act, Adopt | Hold | Recovered | Finished):
+        if isinstance(act, Hold):
+            # Hold-and-batch is not kept on the real-time path: the finished job's host is stopped.
+            self.ledger.append(Event(kind="provisioning_hold", job=job.job_id, payload=_plain(act)))
+            rental = self._rental_of(act.host.instance_id)
+            if rental is not None:
+                self.rentals.stop(rental.id, market=self.market_for(rental.provider), reason="job finished",
+                                  kind="instance_stopped", now=now,
+                                  evidence={"evidence": "adapter pulled; held hosts are not kept on the real-time path"})
+            return None
+        if isinstance(act, Adopt | Recovered | Finished):
             self.ledger.append(Event(kind=f"provisioning_{type(act).__name__.lower()}", job=job.job_id,
                                      payload=_plain(act)))
             return None

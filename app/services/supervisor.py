@@ -113,6 +113,7 @@ class Watch:
     loss: float | None = None
     steps_per_s: float | None = None  # on the driver's clock
     last_heartbeat_at: float | None = None  # clock time of the last good status.json
+    last_ok_poll_at: float | None = None  # clock time of the last poll that reached the host
     last_progress_at: float | None = None
     last_step_seen_at: float | None = None
     pulled_step: int = 0
@@ -388,6 +389,7 @@ class SupervisorService:
             if shell is not None:
                 shell.close()
         w.ssh_failures = 0
+        w.last_ok_poll_at = now
         if parsed["no_job_dir"]:
             w.launched = False
             return self._next(job_id, 0.0, "job directory missing on the host: push again")
@@ -545,8 +547,11 @@ class SupervisorService:
         self.ledger.append(Event(kind="host_lost", job=job_id, instance=w.instance_id, provider=w.provider,
                                  machine=w.machine_id, reason=evidence,
                                  payload={"cause": cause, "last_good_at": w.lost_at, "detected_at": now,
-                                          "detection_s": now - w.lost_at, "step": w.step,
-                                          "pulled_step": w.pulled_step},
+                                          "last_ok_poll_at": w.last_ok_poll_at,
+                                          # the loss came after the last poll that reached the host
+                                          "detection_at_most_s": None if w.last_ok_poll_at is None
+                                          else now - w.last_ok_poll_at,
+                                          "step": w.step, "pulled_step": w.pulled_step},
                                  idempotency_key=f"{job_id}:host_lost:{w.instance_id}"))
         self.notifier.notify(Alert("host_lost", f"{w.machine_id} ({cause}): {evidence}", job=job_id,
                                    details={"instance": w.instance_id, "step": w.step,

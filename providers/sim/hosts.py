@@ -9,7 +9,9 @@ PATH is this project's interpreter, with the project on PYTHONPATH.
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import signal
 import sys
 import threading
 from pathlib import Path
@@ -76,10 +78,13 @@ class SshdHostRuntime:
             return SSHEndpoint(host="127.0.0.1", port=sshd.port)
 
     def down(self, instance_id: str) -> None:
+        """The host stops, dies or is destroyed: its sshd goes, and so does every process it ran
+        (a detached trainer included), as when a container stops."""
         with self._lock:
             sshd = self._sshd.get(instance_id)
         if sshd is not None:
             sshd.stop()
+        _kill_sandbox_processes(self.sandbox(instance_id))
 
     def close(self, *, remove_files: bool = False) -> None:
         with self._lock:
@@ -93,3 +98,21 @@ class SshdHostRuntime:
     def running_ports(self) -> dict[str, int]:
         with self._lock:
             return {iid: s.port for iid, s in self._sshd.items() if s.running}
+
+
+def _kill_sandbox_processes(sandbox: Path) -> None:
+    """SIGKILL every process whose environment says it runs in `sandbox` (started over its SSH)."""
+    marker = f"TUNEHARNESS_SIM_SANDBOX={sandbox}".encode()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{entry}/environ", "rb") as f:
+                env = f.read().split(b"\0")
+        except OSError:
+            continue
+        if marker in env:
+            try:
+                os.kill(int(entry), signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass

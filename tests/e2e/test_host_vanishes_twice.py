@@ -130,6 +130,8 @@ def test_a_job_survives_its_host_vanishing_twice_and_ends_bit_identical(th_env: 
             assert worker is not None
             return worker.log.read_text(errors="replace")[-4000:]
 
+        sim_clock = market.clock()
+        destroyed_at: dict[str, float] = {}
         killed: list[tuple[str, int]] = []  # (instance, step the host had reached when destroyed)
         for loss in range(2):
             # Wait until the current host trains and a checkpoint newer than its resume point is pulled.
@@ -145,6 +147,7 @@ def test_a_job_survives_its_host_vanishing_twice_and_ends_bit_identical(th_env: 
 
             assert wait_until(ready_to_kill, timeout_s=150, interval_s=0.2), log_tail()
             instance = events("training_started")[-1].instance
+            destroyed_at[instance] = sim_clock.now()
             market.destroy(instance)
             host_log = sim_root / "hosts" / instance / "sandbox" / "tuneharness-jobs" / job_id / "job" / "train.log"
             killed.append((instance, _last_step(host_log)))
@@ -170,8 +173,8 @@ def test_a_job_survives_its_host_vanishing_twice_and_ends_bit_identical(th_env: 
             assert rec.payload["recovery_s"] > 0
         machines = [e.machine for e in events("training_started")]
         assert len(set(machines)) == 3, machines  # the lost machines were excluded
-        for e in lost:
-            assert e.payload["detection_s"] <= 60.0, e.payload
+        for e in lost:  # detected within 60 (simulated) seconds of the destroy
+            assert 0 < e.payload["detected_at"] - destroyed_at[e.instance] <= 60.0, e.payload
         with engine.connect() as conn:
             t = AlertOutboxRow.__table__  # type: ignore[attr-defined]
             kinds = [r.kind for r in conn.execute(select(t.c.kind).where(t.c.job == job_id))]
@@ -196,8 +199,11 @@ def test_a_job_survives_its_host_vanishing_twice_and_ends_bit_identical(th_env: 
         assert status.returncode == 0, status.stderr
         summary = json.loads(status.stdout)["interruptions"]
         assert summary["count"] == 2 and summary["resumed"] == 2 and summary["recovery_median_s"] is not None
-        print(f"wall {time.monotonic() - started:.1f}s; recoveries (sim s): "
-              f"{[round(r.payload['recovery_s'], 1) for r in recs]}; adapter max abs diff {diff:.2e}")
+        print(f"wall {time.monotonic() - started:.1f}s; detection (sim s): "
+              f"{[round(e.payload['detected_at'] - destroyed_at[e.instance], 1) for e in lost]}; recoveries (sim s): "
+              f"{[round(r.payload['recovery_s'], 1) for r in recs]}; lost steps: "
+              f"{[k[1] - int(r.payload['resume_step']) for k, r in zip(killed, recs, strict=True)]}; "
+              f"adapter max abs diff {diff:.2e}")
     finally:
         if reference.poll() is None:
             reference.kill()
