@@ -1,17 +1,20 @@
 """`make demo`: the main job of tuneharness, end to end, on this machine.
 
 Each section runs the real commands a user would type, against a fresh TUNEHARNESS_HOME under
-.demo/, with a private redis-server, a real Celery worker and beat. Every capability that lands
-adds a section here.
+.demo/, with a private redis-server, a real Celery worker and beat, vendor fakes on loopback,
+and a simulated marketplace of lying hosts whose running hosts answer over real SSH.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -19,10 +22,36 @@ sys.path.insert(0, str(REPO))
 
 from rich.console import Console  # noqa: E402
 from rich.rule import Rule  # noqa: E402
+from rich.table import Table  # noqa: E402
 
 console = Console(width=int(os.environ.get("COLUMNS", "150")))
-HOME = REPO / ".demo" / "home"
+DEMO = REPO / ".demo"
+HOME = DEMO / "home"
 EXTRA_ENV: dict[str, str] = {}
+SIM_SCALE = 10.0  # simulated seconds per wall second for the live marketplace
+
+DEMO_JOB = """\
+name: demo-job
+train:
+  base_model: model
+  task: causal_lm
+  train_file: train.jsonl
+  max_steps: 30
+  checkpoint_every: 10
+  seed: 1
+  learning_rate: 2.0e-3
+  batch_size: 4
+  max_seq_len: 48
+  lora: {r: 8, alpha: 16, target_modules: [q_proj, v_proj]}
+  quantization: none
+needs:
+  gpu: [RTX 3090]
+  providers: [sim]
+  disk_gb: 20
+  download_gb: 3
+  train_hours: 0.05
+budget_usd: 5.0
+"""
 
 
 def env() -> dict[str, str]:
@@ -41,99 +70,182 @@ def section(title: str) -> None:
     console.print(Rule(f"[bold]{title}"))
 
 
-def sh(*args: str, check: bool = True, extra_env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+def sh(*args: str, check: bool = True, show: bool = True, extra_env: dict[str, str] | None = None,
+       limit_lines: int | None = None, echo: bool = True) -> subprocess.CompletedProcess[str]:
     """Run `tuneharness ARGS` as a user would, echoing the command and its output."""
-    console.print(f"[cyan]$ tuneharness {' '.join(args)}")
+    if echo:
+        console.print(f"[cyan]$ tuneharness {' '.join(args)}")
     proc = subprocess.run([sys.executable, "-m", "app.cli.main", *args], env={**env(), **(extra_env or {})},
                           cwd=REPO, text=True, capture_output=True)
     out = (proc.stdout + proc.stderr).rstrip()
-    if out:
-        console.print(out, markup=False, highlight=False)
+    if out and show:
+        lines = out.splitlines()
+        if limit_lines is not None and len(lines) > limit_lines:
+            lines = [*lines[:limit_lines], f"... ({len(lines) - limit_lines} more lines)"]
+        console.print("\n".join(lines), markup=False, highlight=False)
     if check and proc.returncode != 0:
         raise SystemExit(f"demo step failed: tuneharness {' '.join(args)} exited {proc.returncode}")
     return proc
 
 
-def wait_for(predicate, timeout_s: float, what: str) -> None:  # type: ignore[no-untyped-def]
+def wait_for(predicate: Callable[[], object], timeout_s: float, what: str, interval_s: float = 0.5) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if predicate():
             return
-        time.sleep(0.2)
+        time.sleep(interval_s)
     raise SystemExit(f"demo: timed out waiting for {what}")
 
 
-def foundation() -> None:
-    """A job travels through the queue: provision -> evaluate, leaving ledger events."""
-    from celery import Celery
+def marketplace_seam() -> None:
+    section("1. One seam for every marketplace: offers ranked by their all-in price")
+    from providers.fakes import FakeVast, sample_vast_offers
 
+    with FakeVast(offers=sample_vast_offers()) as vast:
+        console.print("(Vast.ai's API replayed by a fake server on loopback, quirks included)")
+        sh("market", "offers", "--provider", "vast", "--download-gb", "23", "--disk-gb", "60", "--hours", "0.5",
+           extra_env={"VAST_API_URL": vast.url, "VAST_API_KEY": vast.api_key})
+    console.print("The same command on the simulated marketplace of lying hosts (every offer looks fine):")
+    sh("market", "offers", "--provider", "sim", "--download-gb", "23", "--disk-gb", "60")
+
+
+def campaign_in_money() -> None:
+    section("2. What a dead host bills before anyone notices: a 100-host campaign, three policies")
+    table = Table(title="sim campaign --trace marketplace (62 of 100 hosts never deliver a working GPU)")
+    cols = ("policy", "creates", "dead_hosts", "dead_host_cost_usd", "dead_host_mean_lifetime_s",
+            "good_hosts_destroyed", "jobs_completed", "total_cost_usd", "recovery_median_s")
+    for c in cols:
+        table.add_column(c)
+    for policy in ("naive", "guarded", "oracle"):
+        proc = sh("sim", "campaign", "--trace", "marketplace", "--policy", policy, "--json", show=False)
+        r = json.loads(proc.stdout)
+        table.add_row(*[str(r.get(c)) for c in cols])
+    console.print(table)
+    console.print("naive = cheapest hourly offer, waits 30 min for `running`, no preflight, notices a dead "
+                  "training after 105 min; oracle = acts on every failure at the first instant it is observable.")
+
+
+def start_sim_server() -> subprocess.Popen[bytes]:
+    url_file = DEMO / "sim-url"
+    url_file.unlink(missing_ok=True)
+    log = (DEMO / "sim-serve.log").open("wb")
+    server = subprocess.Popen(
+        [sys.executable, "-m", "app.cli.main", "sim", "serve", "--trace", "smoke", "--scale", str(SIM_SCALE),
+         "--root", str(DEMO / "sim"), "--url-file", str(url_file)],
+        cwd=REPO, env=env(), stdout=log, stderr=subprocess.STDOUT,
+    )
+    wait_for(lambda: url_file.exists() or server.poll() is not None, 60, "the simulated marketplace")
+    if server.poll() is not None:
+        raise SystemExit(f"sim serve exited; see {DEMO / 'sim-serve.log'}")
+    EXTRA_ENV["TUNEHARNESS_SIM_URL"] = url_file.read_text().strip()
+    return server
+
+
+def fleet_and_job() -> None:
     from app.settings import load_settings
     from app.stack import Stack, free_port
-    from workers.config import build_config
 
-    section("1. The fleet: redis, a Celery worker, one beat, Flower (tuneharness up)")
-    demo_env = {**env(), "TUNEHARNESS_BROKER_URL": f"redis://127.0.0.1:{free_port()}/0",
-                "TUNEHARNESS_FLOWER_PORT": str(free_port())}
-    os.environ.update(demo_env)
-    settings = load_settings(demo_env)
+    section("3. The fleet: redis, a Celery worker, one beat, Flower (what `tuneharness up` starts)")
+    server = start_sim_server()
+    EXTRA_ENV.update(TUNEHARNESS_BROKER_URL=f"redis://127.0.0.1:{free_port()}/0",
+                     TUNEHARNESS_FLOWER_PORT=str(free_port()))
+    settings = load_settings(env())
     from app.bootstrap import engine
 
     engine(settings)
-    stack = Stack(settings, run_dir=HOME / "run", flower=True, worker_concurrency=2)
-    with stack:
-        EXTRA_ENV.update(TUNEHARNESS_BROKER_URL=stack.broker_url)
-        console.print(f"broker {stack.broker_url} (started for the demo), worker, beat, "
-                      f"Flower on http://127.0.0.1:{settings.flower_port}")
-        wait_for(lambda: b"ready." in (stack.run_dir / "worker.log").read_bytes(), 120, "the worker")
-        client = Celery("demo-client")
-        client.conf.update(build_config(load_settings({**demo_env, "TUNEHARNESS_BROKER_URL": stack.broker_url})))
+    stack = Stack(settings, run_dir=HOME / "run", flower=True, worker_concurrency=2, extra_env=EXTRA_ENV)
+    try:
+        with stack:
+            EXTRA_ENV["TUNEHARNESS_BROKER_URL"] = stack.broker_url
+            console.print(f"broker {stack.broker_url} (started for the demo), worker, beat, Flower on "
+                          f"http://127.0.0.1:{settings.flower_port}; simulated marketplace "
+                          f"{EXTRA_ENV['TUNEHARNESS_SIM_URL']} at {SIM_SCALE:.0f}x time, hosts behind real sshd")
+            wait_for(lambda: b"ready." in (stack.run_dir / "worker.log").read_bytes(), 120, "the worker")
+            live_job(stack)
+    finally:
+        server.send_signal(signal.SIGTERM)
+        server.wait(timeout=30)
 
-        section("2. A job travels through the queue and leaves ledger events")
-        job = f"demo-{int(time.time())}"
-        console.print(f"enqueue tuneharness.provision.accept_job({job!r}) on the provision queue")
-        client.send_task("tuneharness.provision.accept_job", args=[job], queue="provision").get(timeout=120)
-        from app.ledger import Ledger
 
-        ledger = Ledger(engine(settings))
-        wait_for(lambda: any(r.kind == "job_finished" for r in ledger.rows(job=job)), 60, "the evaluate step")
-        sh("ledger", "show", "--job", job)
+def live_job(stack) -> None:  # type: ignore[no-untyped-def]
+    section("4. A job meets lying hosts: frozen pull, fatal pull, stale driver, then a healthy host")
+    jobdir = DEMO / "job"
+    jobdir.mkdir(parents=True, exist_ok=True)
+    subprocess.run([sys.executable, "-m", "trainer", "make-tiny-model", str(jobdir / "model")], cwd=REPO,
+                   env=env(), check=True, capture_output=True)
+    rows = [{"prompt": f"{a} plus {b} is", "completion": f" {a + b}"} for a in range(8) for b in range(8)]
+    (jobdir / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (jobdir / "job.yaml").write_text(DEMO_JOB)
+    job_id = sh("submit", str(jobdir / "job.yaml")).stdout.strip()
 
-        section("3. Budgets are reserved before anything is spent")
-        sh("budget", "set", "demo", "--cap-usd", "0.50")
-        from app.budget import Budget
-        from app.errors import BudgetExceeded
+    def phase() -> str:
+        jobs = json.loads(sh("jobs", "--json", show=False, echo=False).stdout)
+        return next(str(j["phase"]) for j in jobs if j["job_id"] == job_id)
 
-        b = Budget(engine(settings))
-        for i in range(3):
-            try:
-                r = b.reserve("demo", 0.20, job=f"{job}-{i}")
-                console.print(f"reserve $0.20 for create #{i + 1}: [green]ok[/] ({r.id})")
-            except BudgetExceeded as exc:
-                console.print(f"reserve $0.20 for create #{i + 1}: [red]refused[/] - {exc}")
-        sh("budget", "show")
+    console.print("watching the job (boot watch every 10 s of simulated time, SSH preflight on the host)...")
+    wait_for(lambda: phase() not in ("queued", "provisioning"), 300, "the job to reach a verified host", 2.0)
+    sh("jobs")
+    sh("ledger", "show", "--job", job_id, limit_lines=60)
+    sh("hosts")
+    sh("receipt", "--job", job_id)
 
-        section("4. The ledger is append-only and hash-chained")
-        sh("ledger", "note", "demo: nothing was destroyed by hand")
-        import sqlite3
 
-        db = HOME / "tuneharness.db"
-        con = sqlite3.connect(db)
+def money_guardrails() -> None:
+    section("5. Budgets are reserved before anything is spent")
+    from app.bootstrap import engine
+    from app.budget import Budget
+    from app.errors import BudgetExceeded
+    from app.settings import load_settings
+
+    sh("budget", "set", "demo", "--cap-usd", "0.50")
+    b = Budget(engine(load_settings(env())))
+    for i in range(3):
         try:
-            con.execute("UPDATE ledger_events SET amount_usd = 0 WHERE seq = 1")
-            console.print("[red]UPDATE was accepted?![/]")
-        except sqlite3.DatabaseError as exc:
-            console.print(f"sqlite> UPDATE ledger_events ...  -> [green]refused by the database:[/] {exc}")
-        con.close()
-        sh("ledger", "verify")
+            r = b.reserve("demo", 0.20, job=f"demo-reserve-{i}")
+            console.print(f"reserve $0.20 for create #{i + 1}: [green]ok[/] ({r.id})")
+        except BudgetExceeded as exc:
+            console.print(f"reserve $0.20 for create #{i + 1}: [red]refused[/] - {exc}")
+    sh("budget", "show")
 
+
+def ledger_integrity() -> None:
+    section("6. The ledger is append-only and hash-chained")
+    import sqlite3
+
+    sh("ledger", "note", "demo: nothing was destroyed by hand")
+    con = sqlite3.connect(HOME / "tuneharness.db")
+    try:
+        con.execute("UPDATE ledger_events SET amount_usd = 0 WHERE seq = 1")
+        console.print("[red]UPDATE was accepted?![/]")
+    except sqlite3.DatabaseError as exc:
+        console.print(f"sqlite> UPDATE ledger_events ...  -> [green]refused by the database:[/] {exc}")
+    con.close()
+    sh("ledger", "verify")
+    tampered = DEMO / "tampered.db"
+    src = sqlite3.connect(HOME / "tuneharness.db")
+    dst = sqlite3.connect(tampered)
+    src.backup(dst)
+    src.close()
+    dst.close()
+    con = sqlite3.connect(tampered)
+    con.execute("DROP TRIGGER ledger_no_update")
+    con.execute("UPDATE ledger_events SET amount_usd = 0.0 WHERE seq = 2")
+    con.commit()
+    con.close()
+    console.print("a copy of the ledger edited with its triggers dropped:")
+    sh("ledger", "verify", check=False, extra_env={"TUNEHARNESS_DB_URL": f"sqlite:///{tampered}"})
 
 
 def main() -> None:
-    if HOME.exists():
-        shutil.rmtree(HOME)
+    if DEMO.exists():
+        shutil.rmtree(DEMO)
     HOME.mkdir(parents=True)
     console.print(Rule("[bold magenta]tuneharness demo"))
-    foundation()
+    marketplace_seam()
+    campaign_in_money()
+    fleet_and_job()
+    money_guardrails()
+    ledger_integrity()
     console.print()
     console.print(Rule("[bold green]demo finished"))
 
