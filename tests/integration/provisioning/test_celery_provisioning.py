@@ -53,7 +53,8 @@ def test_frozen_fatal_and_stale_hosts_are_caught_and_the_job_lands_on_the_health
         assert wait_until(lambda: url_file.exists() or server.poll() is not None, timeout_s=60)
         assert server.poll() is None
         env = {**th_env, "TUNEHARNESS_SIM_URL": url_file.read_text().strip()}
-        worker = CeleryWorker.start(env, cwd=ROOT, concurrency=2, name="prov")
+        # No monitor queue: this test ends at the hand-over (the supervisor's e2e test goes on from there).
+        worker = CeleryWorker.start(env, cwd=ROOT, concurrency=2, name="prov", queues="provision,ssh,maintenance")
         (tmp_path / "model").mkdir()
         (tmp_path / "train.jsonl").write_text('{"prompt": "a", "completion": "b"}\n')
         (tmp_path / "job.yaml").write_text(JOB)
