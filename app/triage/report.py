@@ -85,15 +85,19 @@ def _trial_pairs() -> dict[str, dict[str, list[tuple[str, str]]]] | None:
         by: dict[str, list[tuple[str, str]]] = {}
         for line in path.read_text(encoding="utf-8").splitlines():
             row = json.loads(line)
-            key = "ood" if row["slice"].startswith("ood:") else row["slice"]
+            key = row["slice"]
+            if key.startswith("ood:"):
+                key = "ood:custom" if key == "ood:custom" else "ood:formats"
             by.setdefault(key, []).append((row["expected"], row["predicted"]))
         out[seed] = by
     return out
 
 
 def render() -> str:
+    ood = _load("ood")
     splits = {"eval (held-out, formats seen in train)": _load("eval"),
-              "OOD (Megatron-LM and PyTorch Lightning formats, never in train)": _load("ood"),
+              "OOD formats (Megatron-LM and PyTorch Lightning, never in train)": [r for r in ood if r["framework"] != "custom"],
+              "OOD words (custom scripts' own failure messages, advisory)": [r for r in ood if r["framework"] == "custom"],
               "hand-written excerpts (how real failures print)": _load("handwritten")}
     parts = [_MARK, "", "## Measured: rules stage (no model, no LLM)", ""]
     for title, rows in splits.items():
@@ -111,8 +115,21 @@ def render() -> str:
             d = json.loads(decision.read_text())
             parts += [f"Gate decision: **{d.get('decision', '?')}**"
                       + "".join(f"; {r['code']}: {r['detail']}" for r in d.get("reasons", [])), ""]
+        metrics_path = TRIAL.parent / "metrics.json"
+        if metrics_path.is_file():
+            m = json.loads(metrics_path.read_text())
+            slices = sorted(m["baseline"])
+            parts += [f"Accuracy by slice (shipped seed: {m.get('shipped_seed')}; from `app/triage/log_doctor/metrics.json`):", "",
+                      "| predictor | " + " | ".join(slices) + " |", "|---|" + "---:|" * len(slices),
+                      "| rules only (baseline) | " + " | ".join(f"{m['baseline'][k]:.4f}" for k in slices) + " |"]
+            for seed, v in m["seeds"].items():
+                for kind in ("chain", "specialist_alone"):
+                    label = "rules -> specialist" if kind == "chain" else "specialist alone"
+                    parts.append(f"| seed {seed}: {label} | " + " | ".join(f"{v[kind].get(k, 0):.4f}" for k in slices) + " |")
+            parts.append("")
         for seed, by in trial.items():
-            for key, title in (("heldout", "eval"), ("ood", "OOD"), ("canary", "hand-written")):
+            for key, title in (("heldout", "eval"), ("ood:formats", "OOD formats"), ("ood:custom", "OOD words (advisory)"),
+                               ("canary", "hand-written")):
                 if key in by:
                     parts += [f"### seed {seed}: {title}", "", _table(by[key]), ""]
     return "\n".join(parts).rstrip() + "\n"
