@@ -527,11 +527,12 @@ generating train split: 212000 examples [00:09, 22841.12 examples/s] map (num_pr
 """
 
 
-def _gates(needles: tuple[str, ...], *, width: int = 4) -> dict[str, tuple[str, ...]]:
+def _gates(needles: tuple[str, ...], *, width: int = 4, min_cover: int = 2) -> dict[str, tuple[str, ...]]:
     """Group needles under shared substrings ("gates"): an absent gate rules out all its needles.
 
-    Greedy set cover over the needles' 4-character substrings; a needle no gate covers twice is
-    its own gate. ~260 needles collapse to a few dozen scans on a log that holds none of them.
+    Greedy set cover over the needles' `width`-character substrings, preferring substrings that
+    healthy logs do not contain (those prune nothing). Needles no gate covers `min_cover` times
+    are their own gates.
     """
     uncovered = set(needles)
     groups: dict[str, tuple[str, ...]] = {}
@@ -540,9 +541,8 @@ def _gates(needles: tuple[str, ...], *, width: int = 4) -> dict[str, tuple[str, 
         for n in uncovered:
             for sub in {n[i : i + width] for i in range(max(1, len(n) - width + 1))}:
                 counts[sub] = counts.get(sub, 0) + 1
-        # Gates that healthy logs contain anyway prune nothing: prefer ones they do not.
         gate, hits = max(sorted(counts.items()), key=lambda kv: (kv[0] not in _BENIGN, kv[1]))
-        if hits < 2:
+        if hits < min_cover:
             for n in sorted(uncovered):
                 groups[n] = (n,)
             break
@@ -552,20 +552,37 @@ def _gates(needles: tuple[str, ...], *, width: int = 4) -> dict[str, tuple[str, 
     return groups
 
 
+def _gate_tree(needles: tuple[str, ...]) -> tuple[tuple[str, dict[str, tuple[str, ...]]], ...]:
+    """Two levels: short benign-free gates over groups of 4-character gates over needles."""
+    top = _gates(needles, width=3, min_cover=4)
+    tree: list[tuple[str, dict[str, tuple[str, ...]]]] = []
+    loose: list[str] = []
+    for gate, members in top.items():
+        if len(members) >= 4 and gate not in _BENIGN:
+            tree.append((gate, _gates(members)))
+        else:
+            loose.extend(members)
+    tree.append(("", _gates(tuple(sorted(loose)))))  # "" is in every text: always scanned
+    return tuple(tree)
+
+
 def _needle_positions(low: str) -> dict[str, int]:
     """First position of every distinct needle present in the text."""
     found: dict[str, int] = {}
-    for gate, members in _GATES.items():
-        if gate not in low:
+    for top, gates in _GATE_TREE:
+        if top not in low:
             continue
-        for needle in members:
-            i = low.find(needle)
-            if i >= 0:
-                found[needle] = i
+        for gate, members in gates.items():
+            if gate not in low:
+                continue
+            for needle in members:
+                i = low.find(needle)
+                if i >= 0:
+                    found[needle] = i
     return found
 
 
-_GATES = _gates(_ALL_NEEDLES)
+_GATE_TREE = _gate_tree(_ALL_NEEDLES)
 _RULES_BY_NEEDLE: dict[str, tuple[int, ...]] = {
     n: tuple(i for i, r in enumerate(_RULES) if n in r.needles) for n in _ALL_NEEDLES
 }
