@@ -308,8 +308,10 @@ _rule("cuda-lib", "cuda_fault", 88, ("libcuda", "libcudart", "libcublas", "libnv
       r"|bitsandbytes was compiled without GPU support|CUDA SETUP: .{0,60}(?:not found|failed|Problem)"
       r"|nvcc fatal\s*:\s*Unsupported gpu architecture|CUDA_HOME does not exist"
       r"|detected CUDA version \([\d.]+\) mismatches the version that was used to compile PyTorch"
-      r"|Error named symbol not found at line \d+ in file",
+      r"|Error named symbol not found at line \d+ in file|libbitsandbytes_cpu\.so: undefined symbol",
       soft=True, confidence=0.9)
+_rule("ext-build", "cuda_fault", 70, ("error building extension", "ninja", "nvcc"),
+      r"Error building extension '\w+'|ninja: build stopped: subcommand failed|nvcc: not found", confidence=0.75)
 _rule("bnb-nogpu-warn", "cuda_fault", 40, ("compiled without gpu support", "setting accelerator to cpu"),
       r"compiled without GPU support|Setting accelerator to CPU", soft=True, confidence=0.6)
 _rule("cublas-fault", "cuda_fault", 85, ("cublas_status", "cudnn_status", "cuda error", "cudaerror", "cuda_error", "deferredcudacallerror", "find an engine", "cudnn algorithm"),
@@ -352,9 +354,11 @@ _rule("hang-detected", "stalled", 80, ("hang", "stuck", "no progress"),
 # --- io_error: disk full, write failures, downloads and network ------------------------------
 _rule("disk-full", "io_error", 96, ("disk is full", "no space left", "errno 28", "disk quota", "storagefull", "enospc", "disk full"),
       r"No space left on device|\[Errno 28\]|Disk quota exceeded|StorageFull|\bENOSPC\b|disk (?:is )?full")
-_rule("write-failed", "io_error", 95, ("pytorchstreamwriter", "errno 116]", "file write failed", "unexpected pos", "read-only file system", "input/output error", "stale file handle", "errno 5]", "errno 30]", "errno 122]"),
+_rule("permission", "io_error", 80, ("permission denied", "errno 13]"),
+      r"PermissionError: \[Errno 13\]|\[Errno 13\] Permission denied", confidence=0.85)
+_rule("write-failed", "io_error", 95, ("too many open files", "errno 24]", "pytorchstreamwriter", "errno 116]", "file write failed", "unexpected pos", "read-only file system", "input/output error", "stale file handle", "errno 5]", "errno 30]", "errno 122]"),
       r"file write failed|PytorchStreamWriter failed|unexpected pos \d+ vs \d+|Read-only file system"
-      r"|Input/output error|\[Errno (?:5|30|122|116)\]|Stale file handle")
+      r"|Input/output error|\[Errno (?:5|30|122|116|24)\]|Stale file handle|Too many open files")
 _rule("ckpt-save-failed", "io_error", 85, ("checkpoint", "save"),
       r"(?:failed|unable|could not) to (?:save|write) (?:the )?(?:checkpoint|model|state|adapter)"
       r"|checkpoint (?:save|write|upload) failed|Error saving checkpoint", confidence=0.9)
@@ -657,6 +661,9 @@ def _exploding(text: str, low: str) -> str | None:
     floor = min(v for v, _ in values)
     if last >= 1e3 and last >= 20 * max(floor, 1e-3):
         return _line_at(text, len(low) - len(window) + pos)
+    if len(values) >= 4 and values[-1][0] == 0.0 and values[-2][0] == 0.0 and max(v for v, _ in values[:-2]) > 0.05:
+        # fp16 runs whose loss collapses to exactly 0.0 (NaN logged as 0): suspicious, not proof.
+        return _line_at(text, len(low) - len(window) + pos)
     return None
 
 
@@ -721,7 +728,8 @@ def classify(
 
     boom = _exploding(text, low)
     if boom is not None:
-        return Verdict("diverged", 0.8, (boom,), "loss-exploding", "diverged")
+        zero = re.search(r"\b0\.0+\b(?![.\d])", boom.split("loss", 1)[-1][:24]) is not None
+        return Verdict("diverged", 0.6 if zero else 0.8, (boom,), "loss-zero" if zero else "loss-exploding", "diverged")
 
     guess = _guess(idle=idle, stall_after_s=stall_after_s)
     weak = [h for h in live if h.rule.state != "completed"]
