@@ -462,7 +462,7 @@ _rule("python-bug", "data_error", 40, ("error:", "exception:", "assertionerror")
 _rule("traceback-any", "data_error", 30, ("traceback (most recent call last)", "error: ", "exception: "),
       r"^Traceback \(most recent call last\)|^[\w.]*(?:Error|Exception): ", confidence=0.45)
 _rule("error-words", "data_error", 25, ("fatal", "error", "abort", "failed", "crash", "exception"),
-      r"\b(?:fatal|error|aborting|aborted|failed|crashed|exception)\b", soft=True, confidence=0.4)
+      r"^(?![^\n]*warn)[^\n]*?\b(?:fatal|error|aborting|aborted|failed|crashed|exception)\b", soft=True, confidence=0.4)
 _rule("abort", "cuda_fault", 35, ("aborted (core dumped)", "sigabrt", "terminate called"),
       r"Aborted \(core dumped\)|SIGABRT|terminate called after throwing", confidence=0.45)
 
