@@ -316,7 +316,8 @@ def supervisor(s: Settings | None = None) -> SupervisorService:
     """The training supervisor wired to the provisioning handler, SSH, the artifact store and triage.
 
     Knobs (seconds of the provisioning clock, i.e. simulated seconds under the simulator):
-    TUNEHARNESS_MONITOR_S (30), TUNEHARNESS_REPOLL_S (10), TUNEHARNESS_SLICE_S (1800).
+    TUNEHARNESS_MONITOR_S (30), TUNEHARNESS_REPOLL_S (10), TUNEHARNESS_SLICE_S (1800); and
+    TUNEHARNESS_SLICE_STEPS (unset) to cap each slice at that many steps as well.
     Artifacts go to TUNEHARNESS_ARTIFACTS (a directory or s3://BUCKET/PREFIX; default
     TUNEHARNESS_HOME/artifacts).
     """
@@ -341,7 +342,10 @@ def supervisor(s: Settings | None = None) -> SupervisorService:
                 knobs[name] = float(raw)
             except ValueError:
                 raise ConfigError(f"{var}={raw!r} is not a number of seconds. Fix: e.g. {var}=30") from None
-    cfg = SupervisorConfig(**knobs)  # type: ignore[arg-type]
+    slice_steps = os.environ.get("TUNEHARNESS_SLICE_STEPS")
+    if slice_steps and not slice_steps.isdigit():
+        raise ConfigError(f"TUNEHARNESS_SLICE_STEPS={slice_steps!r} is not a whole number. Fix: e.g. 100, or unset it")
+    cfg = SupervisorConfig(**knobs, slice_steps=int(slice_steps) if slice_steps else None)  # type: ignore[arg-type]
 
     def shell_for(inst: Instance, job_id: str) -> SSHHostShell:
         if inst.ssh is None:

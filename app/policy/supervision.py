@@ -48,6 +48,7 @@ class SupervisorConfig:
     repoll_s: float = 10.0  # after one failed SSH poll, look again this soon (loss detected < 60 s)
     ssh_failures_for_loss: int = 2  # consecutive failed SSH polls that, with the provider's say-so, mean lost
     slice_s: float = 1800.0  # the trainer's --max-seconds per slice
+    slice_steps: int | None = None  # also cap each slice at this many steps (--slice-steps; tests, operators)
     max_same_host_restarts: int = 2  # trainer deaths resumed on the same host before replacing it
 
 

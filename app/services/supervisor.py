@@ -478,8 +478,9 @@ class SupervisorService:
     def _start_slice(self, job_id: str, w: Watch, shell: HostShell) -> None:
         root = remote_job_root(job_id)
         slice_wall_s = max(1.0, self._wall_s(self.cfg.slice_s))
+        steps = f" --slice-steps {self.cfg.slice_steps}" if self.cfg.slice_steps else ""
         inner = "cd code && \"$0\" -m trainer run --job-dir ../job --max-seconds " + f"{slice_wall_s:.0f}" + \
-            "; echo $? > ../slice.exit"
+            steps + "; echo $? > ../slice.exit"
         command = (
             f"cd {shlex.quote(root)} && rm -f slice.exit && PY=$(command -v python3 || command -v python) && "
             f"nohup setsid sh -c {shlex.quote(inner)} \"$PY\" > slice.out 2>&1 < /dev/null & "
@@ -493,8 +494,8 @@ class SupervisorService:
         w.slices += 1
         self.ledger.append(Event(kind="training_started", job=job_id, instance=w.instance_id, provider=w.provider,
                                  machine=w.machine_id, reason=f"slice {w.slices}",
-                                 payload={"slice": w.slices, "resume_step": w.resume_step,
-                                          "max_seconds": slice_wall_s},
+                                 payload={"slice": w.slices, "resume_step": w.resume_step, "from_step": w.step,
+                                          "max_seconds": slice_wall_s, "slice_steps": self.cfg.slice_steps},
                                  idempotency_key=f"{job_id}:slice:{w.instance_id}:{w.slices}"))
 
     def _launch(self, job_id: str, w: Watch, shell: HostShell, *, first_on_host: bool) -> None:

@@ -18,6 +18,7 @@ ROOT = Path(__file__).resolve().parents[2]
 SCALE = 10.0  # simulated seconds per wall second
 MAX_STEPS = 40
 CHECKPOINT_EVERY = 8
+SLICE_STEPS = 12  # slices end (exit 3) and restart on the same host along the way
 
 JOB = f"""\
 name: survives-two-losses
@@ -70,8 +71,8 @@ def _last_step(train_log: Path) -> int:
 
 
 def test_a_job_survives_its_host_vanishing_twice_and_ends_bit_identical(th_env: dict[str, str], tmp_path: Path) -> None:
-    """Destroy the training host twice: the job finishes with max_steps steps, loses at most one
-    checkpoint interval per loss, and its adapter equals an uninterrupted run's (<= 1e-6)."""
+    """Destroy the training host twice: the job finishes with max_steps steps (over several slices),
+    loses at most one checkpoint interval per loss, and its adapter equals an uninterrupted run's (<= 1e-6)."""
     from safetensors.torch import load_file
     from sqlalchemy import select
 
@@ -113,7 +114,8 @@ def test_a_job_survives_its_host_vanishing_twice_and_ends_bit_identical(th_env: 
         assert wait_until(lambda: url_file.exists() or server.poll() is not None, timeout_s=60)
         assert server.poll() is None
         url = url_file.read_text().strip()
-        env = {**th_env, "TUNEHARNESS_SIM_URL": url, "TUNEHARNESS_MONITOR_S": "10", "TUNEHARNESS_REPOLL_S": "5"}
+        env = {**th_env, "TUNEHARNESS_SIM_URL": url, "TUNEHARNESS_MONITOR_S": "10", "TUNEHARNESS_REPOLL_S": "5",
+               "TUNEHARNESS_SLICE_STEPS": str(SLICE_STEPS)}
         worker = CeleryWorker.start(env, cwd=ROOT, concurrency=2, name="supervisor")
         out = subprocess.run([sys.executable, "-m", "app.cli.main", "submit", str(tmp_path / "job.yaml")],
                              cwd=ROOT, env=env, capture_output=True, text=True, timeout=120, check=False)
@@ -134,15 +136,19 @@ def test_a_job_survives_its_host_vanishing_twice_and_ends_bit_identical(th_env: 
         destroyed_at: dict[str, float] = {}
         killed: list[tuple[str, int]] = []  # (instance, step the host had reached when destroyed)
         for loss in range(2):
-            # Wait until the current host trains and a checkpoint newer than its resume point is pulled.
+            # Wait until the current host trains and a checkpoint newer than its resume point is pulled
+            # (on the first host: in its second slice, so a slice boundary has been crossed there).
             def ready_to_kill(loss: int = loss) -> bool:
                 starts = events("training_started")
                 instances = list(dict.fromkeys(e.instance for e in starts))
                 if len(instances) != loss + 1 or len(events("recovery")) < loss:
                     return False
                 inst = instances[-1]
-                resume = int(next(e for e in starts if e.instance == inst).payload["resume_step"])
+                mine = [e for e in starts if e.instance == inst]
+                resume = int(mine[0].payload["resume_step"])
                 pulled = [int(e.payload["step"]) for e in events("checkpoint_pulled") if e.instance == inst]
+                if loss == 0:
+                    return len(mine) >= 2 and any(p >= SLICE_STEPS + 4 for p in pulled)
                 return any(p >= resume + CHECKPOINT_EVERY for p in pulled)
 
             assert wait_until(ready_to_kill, timeout_s=150, interval_s=0.2), log_tail()
@@ -173,6 +179,7 @@ def test_a_job_survives_its_host_vanishing_twice_and_ends_bit_identical(th_env: 
             assert rec.payload["recovery_s"] > 0
         machines = [e.machine for e in events("training_started")]
         assert len(set(machines)) == 3, machines  # the lost machines were excluded
+        assert len(machines) > 3  # and at least one slice ended (exit 3) and restarted on its host
         for e in lost:  # detected within 60 (simulated) seconds of the destroy
             assert 0 < e.payload["detected_at"] - destroyed_at[e.instance] <= 60.0, e.payload
         with engine.connect() as conn:
