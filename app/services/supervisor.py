@@ -381,9 +381,13 @@ class SupervisorService:
             verdict = assess(probe, ssh_failures=w.ssh_failures, cfg=self.cfg)
             if verdict.kind == "lost":
                 return self._lost(job_id, w, inst, f"{verdict.why}: {exc}")
-            # SSH down, provider says running: look again soon; the state machine's stall window
-            # turns a host that never answers again into a hang.
-            self._observe(job_id, inst, w, phase=None)
+            # SSH down once, or the provider says running: look again soon. While the provider says
+            # running, the state machine's stall window turns a host that never answers into a hang.
+            if inst.state == "running":
+                step = self._observe(job_id, inst, w, phase=None)
+                if step.phase == "queued":
+                    return self._requeued(job_id, w, step, cause="hang",
+                                          evidence=f"no progress seen past the stall window; SSH failing: {exc}")
             return self._next(job_id, self.cfg.repoll_s, f"ssh failed: {exc}")
         finally:
             if shell is not None:

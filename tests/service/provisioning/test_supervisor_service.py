@@ -240,6 +240,25 @@ def test_one_failed_ssh_poll_looks_again_soon_and_a_gone_host_is_replaced(tmp_pa
     assert h.notifier.kinds() == ["host_lost"]
 
 
+def test_ssh_failing_twice_with_the_provider_reporting_stopped_is_a_loss(tmp_path: Path) -> None:
+    """The provider stops the instance (outbid) and SSH fails on two polls in a row: lost, not before."""
+    h = Harness(tmp_path)
+    inst, seq = h.start()
+    seq, _, _ = h.poll(seq)
+    host = h.hosts[inst]
+    _training(host, 3)
+    seq, _, _ = h.poll(seq)
+    h.market.stop(inst)
+    host.unreachable = True
+    seq, nxt, _ = h.poll(seq)
+    assert nxt == "monitor" and "host_lost" not in h.kinds()
+    _, nxt, _ = h.poll(seq)
+    assert nxt == "provision"
+    lost = [r for r in Ledger(h.engine).rows(job=JOB) if r.kind == "host_lost"]
+    assert lost and "2 consecutive polls" in lost[0].reason
+    assert h.prov.rentals.by_instance("sim", inst).state == "stopped"  # type: ignore[union-attr]
+
+
 def test_recovery_resumes_from_the_newest_pulled_checkpoint_on_a_new_host(tmp_path: Path) -> None:
     """After a loss the replacement receives the pulled checkpoint (manifest last) and the recovery is timed."""
     h = Harness(tmp_path)
