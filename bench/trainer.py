@@ -116,9 +116,12 @@ def main() -> int:
     ap.add_argument("--sps-steps", type=int, default=100, help="steps of each steps/s comparison run")
     ap.add_argument("--repeats", type=int, default=3, help="alternating trainer/plain runs for steps/s")
     ap.add_argument("--skip-slices", action="store_true", help="only the steps/s comparison")
+    ap.add_argument("--threads", type=int, default=1,
+                    help="OMP/torch threads per process (1 keeps a shared, busy machine from distorting the ratios)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
-    env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", PYTHONPATH=str(REPO))
+    env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", PYTHONPATH=str(REPO),
+               OMP_NUM_THREADS=str(args.threads))
     with tempfile.TemporaryDirectory(prefix="bench-trainer-") as tmp:
         root = Path(tmp)
         model = write_tiny_causal_lm(root / "model", hidden_size=args.hidden, layers=4)
@@ -174,7 +177,7 @@ def main() -> int:
         print(json.dumps(result))
         return 0
     print(f"Tiny NF4 Qwen2 (hidden {args.hidden}, 4 layers), {args.steps} steps, batch 8 x 64 tokens, "
-          f"checkpoint every {args.checkpoint_every}, CPU, torch threads {os.cpu_count()}\n")
+          f"checkpoint every {args.checkpoint_every}, CPU, {args.threads} thread(s) per process\n")
     print("| measure | value | target |")
     print("|---|---|---|")
     print(f"| uninterrupted wall s | {result['uninterrupted_s']} | |")

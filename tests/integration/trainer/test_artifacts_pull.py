@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -66,8 +67,9 @@ def s3_store(monkeypatch: pytest.MonkeyPatch) -> Iterator[ArtifactStore]:
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
     host, port = server.get_host_and_port()
-    store = open_store("s3://artifacts/runs", s3_endpoint_url=f"http://{host}:{port}")
-    store.client.create_bucket(Bucket="artifacts")  # type: ignore[attr-defined]
+    bucket = f"artifacts-{uuid.uuid4().hex[:12]}"  # moto's backend is shared by every server in the process
+    store = open_store(f"s3://{bucket}/runs", s3_endpoint_url=f"http://{host}:{port}")
+    store.client.create_bucket(Bucket=bucket)  # type: ignore[attr-defined]
     yield store
     server.stop()
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -35,9 +36,10 @@ def s3(monkeypatch: pytest.MonkeyPatch) -> Iterator[S3ArtifactStore]:
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
     host, port = server.get_host_and_port()
-    store = open_store("s3://artifacts/runs", s3_endpoint_url=f"http://{host}:{port}")
+    bucket = f"artifacts-{uuid.uuid4().hex[:12]}"  # moto's backend is shared by every server in the process
+    store = open_store(f"s3://{bucket}/runs", s3_endpoint_url=f"http://{host}:{port}")
     assert isinstance(store, S3ArtifactStore)
-    store.client.create_bucket(Bucket="artifacts")
+    store.client.create_bucket(Bucket=bucket)
     yield store
     server.stop()
 
