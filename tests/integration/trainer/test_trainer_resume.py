@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from safetensors.torch import load_file
 
 from trainer.models import minilm_path
@@ -19,6 +20,7 @@ def _max_abs_diff(a: Path, b: Path) -> float:
     return max(float((wa[k] - wb[k]).abs().max()) for k in wa)
 
 
+@pytest.mark.slow
 def test_causal_nf4_resumed_over_slices_equals_uninterrupted(tmp_path: Path, tiny_model: Path) -> None:
     """Given dropout, grad accumulation and a cosine schedule with warm-up, five slices equal one run."""
     fields = {"max_steps": 10, "checkpoint_every": 2, "lora": {"r": 4, "alpha": 8, "dropout": 0.2,
@@ -35,6 +37,7 @@ def test_causal_nf4_resumed_over_slices_equals_uninterrupted(tmp_path: Path, tin
     assert json.loads((sliced / "status.json").read_text())["step"] == 10
 
 
+@pytest.mark.slow
 def test_classification_nf4_resume_equals_uninterrupted(tmp_path: Path) -> None:
     """A MiniLM NF4 classification run resumed at a checkpoint equals the uninterrupted run (head included)."""
     fields = {"max_steps": 4, "checkpoint_every": 2, "batch_size": 4}
