@@ -17,7 +17,7 @@ import pytest
 from tests.support.services import CeleryWorker, wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
-SCALE = 10.0  # simulated seconds per wall second
+SCALE = 5.0  # simulated seconds per wall second (a preflight gets 36 wall seconds on a busy machine)
 MAX_STEPS = 40
 CHECKPOINT_EVERY = 8
 SLICE_STEPS = 12  # slices end (exit 3) and restart on the same host along the way
@@ -50,11 +50,11 @@ budget_usd: 5.0
 
 
 def _trace(path: Path) -> Path:
-    """Four healthy RTX 3090 hosts with a 3-second (simulated) pull."""
+    """Five healthy RTX 3090 hosts (three are needed) with a 3-second (simulated) pull."""
     offer = {"gpu_name": "RTX 3090", "num_gpus": 1, "gpu_ram_gb": 24, "storage_per_gb_month": 0.15,
              "inet_down_per_gb": 0.0, "inet_down_mbps": 800, "reliability": 0.995, "cuda_max": "12.4"}
     hosts = [{"machine_id": f"m-{i}", "offer": {**offer, "dph": 0.10 + 0.01 * i}, "truth": {"status_every_s": 10}}
-             for i in range(4)]
+             for i in range(5)]
     path.write_text(json.dumps({
         "format": "tuneharness-market-trace/1", "name": "vanish", "description": "healthy hosts for recovery",
         "workload": {"jobs": 1, "image_gb": 0.2, "model_gb": 0.1, "train_seconds": 120, "checkpoint_every_s": 60,
@@ -117,7 +117,7 @@ def test_a_job_survives_its_host_vanishing_twice_and_ends_bit_identical(th_env: 
         assert wait_until(lambda: url_file.exists() or server.poll() is not None, timeout_s=60)
         assert server.poll() is None
         url = url_file.read_text().strip()
-        env = {**th_env, "TUNEHARNESS_SIM_URL": url, "TUNEHARNESS_MONITOR_S": "10", "TUNEHARNESS_REPOLL_S": "5",
+        env = {**th_env, "TUNEHARNESS_SIM_URL": url, "TUNEHARNESS_MONITOR_S": "5", "TUNEHARNESS_REPOLL_S": "3",
                "TUNEHARNESS_SLICE_STEPS": str(SLICE_STEPS)}
         worker = CeleryWorker.start(env, cwd=ROOT, concurrency=2, name="supervisor")
         out = subprocess.run([sys.executable, "-m", "app.cli.main", "submit", str(tmp_path / "job.yaml")],
