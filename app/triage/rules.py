@@ -643,8 +643,8 @@ def _last_progress(text: str, low: str) -> tuple[int, str]:
     return -1, ""
 
 
-def _exploding(text: str, low: str) -> str | None:
-    """Evidence of an exploding (finite but huge) loss in the last logged values, or None."""
+def _exploding(text: str, low: str) -> tuple[str, str] | None:
+    """(rule, evidence) for an exploding loss or one collapsed to exactly 0.0, or None."""
     window = low[-4096:]
     if window.count("loss") < 3:
         return None
@@ -660,10 +660,10 @@ def _exploding(text: str, low: str) -> str | None:
     last, pos = values[-1]
     floor = min(v for v, _ in values)
     if last >= 1e3 and last >= 20 * max(floor, 1e-3):
-        return _line_at(text, len(low) - len(window) + pos)
+        return "loss-exploding", _line_at(text, len(low) - len(window) + pos)
     if len(values) >= 4 and values[-1][0] == 0.0 and values[-2][0] == 0.0 and max(v for v, _ in values[:-2]) > 0.05:
         # fp16 runs whose loss collapses to exactly 0.0 (NaN logged as 0): suspicious, not proof.
-        return _line_at(text, len(low) - len(window) + pos)
+        return "loss-zero", _line_at(text, len(low) - len(window) + pos)
     return None
 
 
@@ -728,8 +728,8 @@ def classify(
 
     boom = _exploding(text, low)
     if boom is not None:
-        zero = re.search(r"\b0\.0+\b(?![.\d])", boom.split("loss", 1)[-1][:24]) is not None
-        return Verdict("diverged", 0.6 if zero else 0.8, (boom,), "loss-zero" if zero else "loss-exploding", "diverged")
+        name, line = boom
+        return Verdict("diverged", 0.6 if name == "loss-zero" else 0.8, (line,), name, "diverged")
 
     guess = _guess(idle=idle, stall_after_s=stall_after_s)
     weak = [h for h in live if h.rule.state != "completed"]
