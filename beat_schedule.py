@@ -32,6 +32,11 @@ BEAT_SCHEDULE: dict[str, dict[str, object]] = {
         "schedule": 120.0,
         "options": {"queue": "maintenance", "expires": 115},
     },
+    "rearm-monitors": {
+        "task": "tuneharness.maintenance.rearm_monitors",
+        "schedule": 120.0,
+        "options": {"queue": "maintenance", "expires": 115},
+    },
     "budget-monitor": {
         "task": "tuneharness.maintenance.budget_monitor",
         "schedule": 60.0,

@@ -16,7 +16,7 @@ from app.services.supervisor import MonitorStep
 from workers.config import MAX_COUNTDOWN_S
 from workers.tasks import task
 
-__all__ = ["monitor_training"]
+__all__ = ["monitor_training", "rearm_monitors"]
 
 
 def _countdown_s(wake_at: float | None, clock: Any) -> float:
@@ -44,3 +44,20 @@ def monitor_training(self: Any, job_id: str, seq: int) -> dict[str, Any]:
     """One look at a training job's host: heartbeat, checkpoints, slices, loss, hang, finish."""
     sup = bootstrap.supervisor()
     return _schedule(sup.poll(job_id, seq), sup.clock)
+
+
+@task("maintenance", "rearm_monitors")
+def rearm_monitors(self: Any) -> list[str]:
+    """Beat's backstop: a training job whose monitor chain died with a worker gets a new chain."""
+    import time
+
+    from app.liveness import record_success
+
+    sup = bootstrap.supervisor()
+    rearmed = []
+    for job_id, instance_id in sup.orphaned():
+        seq = sup.arm(job_id, instance_id)
+        monitor_training.apply_async(args=[job_id, seq])
+        rearmed.append(job_id)
+    record_success(bootstrap.engine(), "rearm-monitors", time.time())
+    return rearmed

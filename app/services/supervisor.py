@@ -325,6 +325,27 @@ class SupervisorService:
                 conn.execute(_T.update().where(_T.c.job_id == job_id).values(**values))
         return seq
 
+    def orphaned(self, *, grace_s: float | None = None) -> list[tuple[str, str]]:
+        """Jobs training without a live monitor chain: no supervision row, or none touched for
+        three poll periods plus `grace_s` (a chain lost with a crashed worker). (job, instance) pairs."""
+        from app.policy.codec import load_job
+        from app.services.provisioning import ProvisioningStateRow
+
+        now = self.clock.now()
+        window = 3 * max(self.cfg.monitor_s, self.cfg.repoll_s) + (60.0 if grace_s is None else grace_s)
+        pt = ProvisioningStateRow.__table__  # type: ignore[attr-defined]
+        with read_connection(self.engine) as conn:
+            states = {r.job_id: load_job(json.loads(r.state_json)) for r in conn.execute(select(pt))}
+            touched = {r.job_id: float(r.updated_at) for r in conn.execute(select(_T.c.job_id, _T.c.updated_at))}
+        out = []
+        for job_id, st in sorted(states.items()):
+            if st.phase != "training" or st.attempt is None:
+                continue
+            last = touched.get(job_id)
+            if last is None or now - last > window:
+                out.append((job_id, st.attempt.instance_id))
+        return out
+
     # -- one poll -----------------------------------------------------------------------------
     def poll(self, job_id: str, seq: int) -> MonitorStep:
         watch = self._claim(job_id, seq)

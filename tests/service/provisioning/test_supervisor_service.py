@@ -377,6 +377,22 @@ def test_a_stale_chain_does_nothing(tmp_path: Path) -> None:
     assert step.next == "none" and step.detail == "stale chain"
 
 
+def test_a_training_job_whose_chain_died_is_found_and_rearmed(tmp_path: Path) -> None:
+    """No poll for three periods plus a grace (a worker crashed with the chain): `orphaned` names the job,
+    re-arming supersedes the dead chain, and a fresh chain is not orphaned."""
+    h = Harness(tmp_path)
+    inst, seq = h.start()
+    seq, _, _ = h.poll(seq)
+    assert h.sup.orphaned() == []
+    h.clock.advance(3 * 30.0 + 61.0)
+    assert h.sup.orphaned() == [(JOB, inst)]
+    new_seq = h.sup.arm(JOB, inst)
+    assert h.sup.orphaned() == []
+    assert h.sup.poll(JOB, seq).next == "none"  # the old chain's task, if it ever runs, polls nothing
+    _training(h.hosts[inst], 2)
+    assert h.sup.poll(JOB, new_seq).next == "monitor" and h.hosts[inst].launches == 1
+
+
 def test_probe_output_and_first_step_parsing() -> None:
     """The probe's sections and train.log's step lines are read as documented."""
     parsed = parse_probe_output('@@STATUS\n{"step": 3}\n\n@@ALIVE\nno\n@@EXIT\n3\n\n@@LOG\nline')
