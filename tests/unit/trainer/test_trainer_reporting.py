@@ -49,3 +49,20 @@ def test_log_appends_and_status_is_whole_json(tmp_path: Path) -> None:
     assert {"step", "max_steps", "loss", "tokens_per_s", "samples_per_s", "last_checkpoint_step",
             "phase", "pid", "updated_at"} <= set(data)
     assert (data["phase"], data["step"]) == ("training", 3)
+
+
+def test_heartbeat_rewrites_status_without_progress(tmp_path: Path) -> None:
+    """The heartbeat thread rewrites status.json on its own (updated_at moves) while nothing else happens."""
+    import threading
+
+    status = StatusFile(tmp_path / "status.json", max_steps=10, every_s=0.1)
+    status.start()
+    first = json.loads((tmp_path / "status.json").read_text())["updated_at"]
+    moved = False
+    for _ in range(100):  # bounded wait, at most ~5 s
+        threading.Event().wait(0.05)
+        if json.loads((tmp_path / "status.json").read_text())["updated_at"] != first:
+            moved = True
+            break
+    status.stop()
+    assert moved
