@@ -9,7 +9,6 @@ import time
 from typing import Any
 
 from app import bootstrap
-from app.ledger import Event
 from app.liveness import record_success
 from workers.celery_app import app
 from workers.config import TASK_TIME_LIMITS_S
@@ -56,24 +55,3 @@ def flush_alerts(self: Any) -> int:
 def ping(self: Any, payload: str = "pong") -> str:
     """Round trip through the broker; used by doctor and the benchmarks."""
     return payload
-
-
-@task("provision", "accept_job")
-def accept_job(self: Any, job_id: str) -> str:
-    """A job arrives on the provision queue: record it once, hand it to evaluation."""
-    bootstrap.ledger().append(
-        Event(kind="job_accepted", job=job_id, reason="enqueued by a client",
-              payload={"worker": self.request.hostname or ""}, idempotency_key=f"{job_id}:accepted")
-    )
-    finish_job.delay(job_id)
-    return job_id
-
-
-@task("evaluate", "finish_job")
-def finish_job(self: Any, job_id: str) -> str:
-    """The job leaves through the evaluate queue: record its end once."""
-    bootstrap.ledger().append(
-        Event(kind="job_finished", job=job_id, reason="travelled provision -> evaluate",
-              payload={"worker": self.request.hostname or ""}, idempotency_key=f"{job_id}:finished")
-    )
-    return job_id
