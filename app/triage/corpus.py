@@ -677,6 +677,74 @@ def _generate_custom(seed: int, per_state: int) -> Iterator[dict[str, Any]]:
             n += 1
 
 
+# ------------------------------------------------------------------ held-out wording
+# A second set of scripts' own words, written (and committed) BEFORE the rules' semantic
+# patterns were generalised from `_CUSTOM` and real logs; the rules were never tuned on it, so
+# `ood:wording` is the honest generalisation check among the generated slices. Structured
+# logging style (timestamp, level, logger), another layout than `_CUSTOM`.
+
+_WORDING: dict[str, tuple[str, ...]] = {
+    "progressing": ("{ts} INFO  loop: epoch {e} batch {n}/{N} | train_loss {l:.4f} | {t} samples/s",
+                    "{ts} WARNING loop: batch {n} took {s}s, dataloader is the bottleneck"),
+    "completed": ("{ts} INFO  loop: reached max_steps={N}, writing final weights ... ok",
+                  "{ts} INFO  job: fine-tuning complete in {s}s, exit code 0",
+                  "{ts} INFO  job: all epochs finished, best eval loss {l:.3f}, model stored"),
+    "oom": ("{ts} ERROR loop: not enough GPU memory for batch of {b} sequences ({g} GiB requested)",
+            "{ts} CRITICAL job: worker was terminated by the out-of-memory killer (rss {g} GiB)",
+            "{ts} ERROR loop: device {d} memory is full; cannot allocate {g} GiB for the optimizer state",
+            "{ts} ERROR loop: allocation of {g} GiB failed on cuda:{d}, only {f} GiB available"),
+    "diverged": ("{ts} ERROR loop: train_loss is nan at batch {n}, stopping",
+                 "{ts} ERROR loop: loss blew up to {big:.2e} (was {l:.3f}), stopping early",
+                 "{ts} ERROR loop: non-numeric gradients detected in layer {d}; halting",
+                 "{ts} CRITICAL loop: loss became infinite after batch {n}"),
+    "cuda_fault": ("{ts} CRITICAL job: cuda:{d} is no longer visible to the process (hardware error)",
+                   "{ts} ERROR loop: GPU {d} reported an uncorrectable memory error; results are unreliable",
+                   "{ts} CRITICAL job: the GPU driver stopped responding on device {d}",
+                   "{ts} ERROR job: kernel launch failed on cuda:{d} with an unrecoverable device error"),
+    "data_error": ("{ts} ERROR data: row {n} of the training file has no 'response' key",
+                   "{ts} ERROR data: could not parse line {n} of train.jsonl as JSON",
+                   "{ts} ERROR data: the tokenizer produced an empty sequence for example {n}",
+                   "{ts} CRITICAL config: learning_rate must be a positive number, got '-{l:.1f}'"),
+    "io_error": ("{ts} ERROR ckpt: saving step {n} failed: no free space on /workspace",
+                 "{ts} ERROR hub: download of model shard {d} failed after 5 retries (connection reset)",
+                 "{ts} ERROR ckpt: writing the optimizer state to disk failed (I/O error)",
+                 "{ts} ERROR sync: upload of checkpoint-{n} to object storage failed: endpoint unreachable"),
+    "stalled": ("{ts} ERROR dist: rank {d} has not answered the barrier for {s}s; giving up",
+                "{ts} CRITICAL watchdog: no batch finished in {m} minutes, the job looks frozen",
+                "{ts} ERROR dist: gradient all-gather on rank {d} timed out after {s} seconds"),
+}
+
+
+def _wording_tail(r: Rng, state: str) -> tuple[str, float]:
+    total = r.choice((300, 2000, 8000))
+    def ts() -> str:
+        return f"2025-0{r.randint(1, 9)}-{r.randint(10, 28)} {r.randint(10, 23)}:{r.randint(10, 59)}:{r.randint(10, 59)}"
+    lines = [f"{ts()} INFO  job: starting fine-tune on {r.choice(_GPUS)}", *_warnings(r)[:1]]
+    for i in range(r.randint(2, 6)):
+        lines.append(_WORDING["progressing"][0].format(ts=ts(), e=r.randint(0, 3), n=(i + 1) * 25, N=total,
+                                                       l=r.uniform(0.5, 3), t=r.randint(20, 900)))
+    if state == "progressing" and r.random() < 0.5:
+        lines.insert(-1, _WORDING["progressing"][1].format(ts=ts(), n=r.randint(10, 500), s=r.randint(3, 40)))
+    if state != "progressing":
+        lines.append(r.choice(_WORDING[state]).format(
+            ts=ts(), n=r.randint(10, 5000), N=total, l=r.uniform(0.5, 3), s=r.randint(300, 9000), b=r.randint(4, 64),
+            g=round(r.uniform(0.5, 9), 2), f=round(r.uniform(0, 0.5), 2), d=r.randint(0, 7),
+            big=r.uniform(1e6, 1e12), m=r.randint(30, 120)))
+    idle = r.uniform(0, 240) if state in ("progressing", "stalled") else r.uniform(0, 3000)
+    return "\n".join(lines) + "\n", round(idle, 1)
+
+
+def _generate_wording(seed: int, per_state: int) -> Iterator[dict[str, Any]]:
+    r = random.Random(seed)
+    n = 0
+    for state in STATES:
+        for _ in range(per_state):
+            log, idle = _wording_tail(r, state)
+            yield {"id": f"ood-wording-{n:04d}", "log": log, "idle_seconds": idle, "state": state,
+                   "framework": "wording", "split": "ood"}
+            n += 1
+
+
 def _generate(seed: int, frameworks: tuple[str, ...], per_cell: int, split: str) -> Iterator[dict[str, Any]]:
     r = random.Random(seed)
     n = 0
@@ -709,7 +777,8 @@ def build(seed: int = 8, *, per_cell_train: int = 18, per_cell_eval: int = 5, pe
         "train": list(_generate(seed, FRAMEWORKS_TRAIN, per_cell_train, "train")),
         "eval": list(_generate(seed + 1000, FRAMEWORKS_TRAIN, per_cell_eval, "eval")),
         "ood": [*_generate(seed + 2000, FRAMEWORKS_OOD, per_cell_ood, "ood"),
-                *_generate_custom(seed + 3000, max(1, per_cell_ood // 2))],
+                *_generate_custom(seed + 3000, max(1, per_cell_ood // 2)),
+                *_generate_wording(seed + 4000, max(1, per_cell_ood // 2))],
         "handwritten": handwritten(),
     }
 
