@@ -28,21 +28,25 @@ console = Console(width=int(os.environ.get("COLUMNS", "150")))
 DEMO = REPO / ".demo"
 HOME = DEMO / "home"
 EXTRA_ENV: dict[str, str] = {}
-SIM_SCALE = 10.0  # simulated seconds per wall second for the live marketplace
+SIM_SCALE = 5.0  # simulated seconds per wall second for the live marketplace
+MAX_STEPS, CHECKPOINT_EVERY, SLICE_STEPS = 40, 8, 12
 
-DEMO_JOB = """\
+DEMO_JOB = f"""\
 name: demo-job
 train:
   base_model: model
   task: causal_lm
   train_file: train.jsonl
-  max_steps: 30
-  checkpoint_every: 10
+  max_steps: {MAX_STEPS}
+  checkpoint_every: {CHECKPOINT_EVERY}
   seed: 1
-  learning_rate: 2.0e-3
+  learning_rate: 1.0e-2
+  lr_schedule: cosine
+  warmup_steps: 2
   batch_size: 4
-  max_seq_len: 48
-  lora: {r: 8, alpha: 16, target_modules: [q_proj, v_proj]}
+  grad_accum: 2
+  max_seq_len: 64
+  lora: {{r: 4, alpha: 8, dropout: 0.1, target_modules: [q_proj, v_proj]}}
   quantization: none
 needs:
   gpu: [RTX 3090]
@@ -125,12 +129,26 @@ def campaign_in_money() -> None:
                   "training after 105 min; oracle = acts on every failure at the first instant it is observable.")
 
 
+def demo_trace() -> Path:
+    """The smoke trace's four hosts (three liars, one healthy) plus two more healthy hosts to recover onto."""
+    from providers.sim import shipped_trace_path
+
+    trace = json.loads(Path(shipped_trace_path("smoke")).read_text())
+    good = next(h for h in trace["hosts"] if h["machine_id"] == "m-good")
+    for i, dph in ((2, 0.15), (3, 0.16)):
+        trace["hosts"].append({**good, "machine_id": f"m-good-{i}", "offer": {**good["offer"], "dph": dph}})
+    trace["name"] = "demo"
+    path = DEMO / "demo-trace.json"
+    path.write_text(json.dumps(trace, indent=1))
+    return path
+
+
 def start_sim_server() -> subprocess.Popen[bytes]:
     url_file = DEMO / "sim-url"
     url_file.unlink(missing_ok=True)
     log = (DEMO / "sim-serve.log").open("wb")
     server = subprocess.Popen(
-        [sys.executable, "-m", "app.cli.main", "sim", "serve", "--trace", "smoke", "--scale", str(SIM_SCALE),
+        [sys.executable, "-m", "app.cli.main", "sim", "serve", "--trace", str(demo_trace()), "--scale", str(SIM_SCALE),
          "--root", str(DEMO / "sim"), "--url-file", str(url_file)],
         cwd=REPO, env=env(), stdout=log, stderr=subprocess.STDOUT,
     )
@@ -148,7 +166,8 @@ def fleet_and_job() -> None:
     section("3. The fleet: redis, a Celery worker, one beat, Flower (what `tuneharness up` starts)")
     server = start_sim_server()
     EXTRA_ENV.update(TUNEHARNESS_BROKER_URL=f"redis://127.0.0.1:{free_port()}/0",
-                     TUNEHARNESS_FLOWER_PORT=str(free_port()))
+                     TUNEHARNESS_FLOWER_PORT=str(free_port()), TUNEHARNESS_MONITOR_S="5",
+                     TUNEHARNESS_REPOLL_S="3", TUNEHARNESS_SLICE_STEPS=str(SLICE_STEPS))
     settings = load_settings(env())
     from app.bootstrap import engine
 
@@ -168,30 +187,79 @@ def fleet_and_job() -> None:
 
 
 def live_job(stack) -> None:  # type: ignore[no-untyped-def]
+    from app.bootstrap import engine
+    from app.ledger import Ledger
+    from app.settings import load_settings
+    from providers.sim.client import SimClientMarket
+
     section("4. A job meets lying hosts: frozen pull, fatal pull, stale driver, then a healthy host")
     jobdir = DEMO / "job"
     jobdir.mkdir(parents=True, exist_ok=True)
     subprocess.run([sys.executable, "-m", "trainer", "make-tiny-model", str(jobdir / "model")], cwd=REPO,
                    env=env(), check=True, capture_output=True)
-    rows = [{"prompt": f"{a} plus {b} is", "completion": f" {a + b}"} for a in range(8) for b in range(8)]
+    rows = [{"prompt": f"w{i} x{i % 7} ->", "completion": f" x{i % 7} w{i}"} for i in range(64)]
     (jobdir / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     (jobdir / "job.yaml").write_text(DEMO_JOB)
     job_id = sh("submit", str(jobdir / "job.yaml")).stdout.strip()
+    ledger = Ledger(engine(load_settings(env())))
 
     def phase() -> str:
         jobs = json.loads(sh("jobs", "--json", show=False, echo=False).stdout)
         return next(str(j["phase"]) for j in jobs if j["job_id"] == job_id)
 
     console.print("watching the job (boot watch every 10 s of simulated time, SSH preflight on the host)...")
-    wait_for(lambda: phase() not in ("queued", "provisioning"), 300, "the job to reach a verified host", 2.0)
-    sh("jobs")
-    sh("ledger", "show", "--job", job_id, limit_lines=60)
+    wait_for(lambda: ledger.rows(job=job_id, kind="training_started"), 300, "a verified host to start training", 1.0)
+    sh("ledger", "show", "--job", job_id, limit_lines=80)
     sh("hosts")
+
+    section("5. The host vanishes mid-run; the job comes back on another machine from its last checkpoint")
+    market = SimClientMarket(EXTRA_ENV["TUNEHARNESS_SIM_URL"])
+
+    def checkpoint_pulled() -> bool:
+        return bool(ledger.rows(job=job_id, kind="checkpoint_pulled"))
+
+    wait_for(checkpoint_pulled, 300, "the first checkpoint to be pulled off the host", 0.5)
+    victim = ledger.rows(job=job_id, kind="training_started")[-1]
+    console.print(f"[red]destroying {victim.instance} on {victim.machine} behind the fleet's back "
+                  "(the host disappears, as marketplace hosts do)[/]")
+    market.destroy(victim.instance or "")
+    wait_for(lambda: ledger.rows(job=job_id, kind="recovery"), 300, "the job to resume elsewhere", 1.0)
+    wait_for(lambda: phase() in ("evaluating", "failed", "done"), 400, "the job to finish training", 1.0)
+    kinds = ("host_lost", "instance_stopped", "recovery", "training_started", "adapter_pulled")
+    for e in ledger.rows(job=job_id, kind=list(kinds)):
+        detail = {k: e.payload[k] for k in ("resume_step", "recovery_s", "step", "detected_at") if k in e.payload}
+        console.print(f"  seq {e.seq:>3} {e.kind:<17} {e.instance or '':<7} {e.machine or '':<9} {e.reason} {detail}")
+    sh("status")
+    verify_bit_identical(job_id, jobdir)
     sh("receipt", "--job", job_id)
 
 
+def verify_bit_identical(job_id: str, jobdir: Path) -> None:
+    """Train the same job locally without interruption and compare the adapters."""
+    from safetensors.torch import load_file
+
+    from app.jobs import load_job_file
+    from app.services.supervisor import bundle_for_spec
+
+    spec = load_job_file(jobdir / "job.yaml")
+    bundle = bundle_for_spec(spec.train, base_dir=spec.base_dir)
+    ref = DEMO / "reference"
+    (ref / "data").mkdir(parents=True, exist_ok=True)
+    (ref / "base_model").symlink_to(jobdir / "model")
+    (ref / "data" / "train.jsonl").write_text((jobdir / "train.jsonl").read_text())
+    (ref / "job.json").write_text(json.dumps(dict(bundle.job_json)))
+    console.print("the same job trained here without interruption, for comparison...")
+    subprocess.run([sys.executable, "-m", "trainer", "run", "--job-dir", str(ref)], cwd=REPO, env=env(),
+                   check=True, capture_output=True)
+    got = load_file(str(HOME / "artifacts" / "jobs" / job_id / "adapter" / "adapter_model.safetensors"))
+    want = load_file(str(ref / "adapter" / "adapter_model.safetensors"))
+    diff = max(float((got[k] - want[k]).abs().max()) for k in want)
+    verdict = "[green]bit-identical[/]" if diff <= 1e-6 else "[red]DIFFERENT[/]"
+    console.print(f"adapter after two hosts vs uninterrupted run: max abs diff {diff:.1e} -> {verdict}")
+
+
 def money_guardrails() -> None:
-    section("5. Budgets are reserved before anything is spent")
+    section("6. Budgets are reserved before anything is spent")
     from app.bootstrap import engine
     from app.budget import Budget
     from app.errors import BudgetExceeded
@@ -209,7 +277,7 @@ def money_guardrails() -> None:
 
 
 def ledger_integrity() -> None:
-    section("6. The ledger is append-only and hash-chained")
+    section("7. The ledger is append-only and hash-chained")
     import sqlite3
 
     sh("ledger", "note", "demo: nothing was destroyed by hand")
