@@ -29,6 +29,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 __all__ = [
     "ACTIONS",
@@ -466,6 +467,75 @@ _rule("error-words", "data_error", 25, ("fatal", "error", "abort", "failed", "cr
 _rule("abort", "cuda_fault", 35, ("aborted (core dumped)", "sigabrt", "terminate called"),
       r"Aborted \(core dumped\)|SIGABRT|terminate called after throwing", confidence=0.45)
 
+# --- error semantics: a failure word plus what failed ------------------------------------------
+# Home-grown scripts and wrappers print failures in their own words ("GPU memory exhausted",
+# "weights contain NaN", "waiting for rank 3 ... gave up"). These rules read a line as
+# (failure word) + (object) + (what happened to it) instead of an exact phrase. They only fire on
+# a line that says something failed (and not on warnings), rank above the generic fallbacks and
+# below every specific rule, and are still terminal (weight >= _FATAL_FLOOR).
+_FAIL_WORDS = ("fatal", "error", "critical", "failed", "failure", "abort", "gave up", "giving up",
+               "stopping", "halting", "cannot", "can't", "could not", "couldn't", "unable", "crash",
+               "terminated", "exiting", "killed")
+_FAILING_LINE = (r"^(?=[^\n]*(?:\bfatal\b|\berror\b|\bcritical\b|\bfail(?:ed|ure|s)?\b|\babort|\bgave up\b"
+                 r"|\bgiving up\b|\bstopping\b|\bhalting\b|\bcannot\b|\bcan't\b|\bcould ?n[o']t\b|\bunable\b"
+                 r"|\bcrash|\bterminated\b|\bexiting\b|\bkilled\b))(?![^\n]*\bwarn)[^\n]*?")
+
+
+def _semantic(name: str, state: str, weight: int, body: str, *, confidence: float = 0.85) -> None:
+    _rule(name, state, weight, _FAIL_WORDS, _FAILING_LINE + "(?:" + body + ")", confidence=confidence, soft=True)
+
+
+_MEM = r"(?:memory|vram|\bram\b|\bhbm\b)"
+_semantic("sem-oom", "oom", 58,
+          r"\b(?:ran|run|running|is|are|went) out of (?:\w+ ){0,2}" + _MEM
+          + r"|(?:not enough|insufficient|no (?:more|free)|exhausted|out of) (?:\w+ ){0,2}" + _MEM
+          + r"|" + _MEM + r"[^\n]{0,40}?\b(?:exhausted|is full|was full|exceeded|limit (?:reached|hit)|insufficient)"
+          + r"|\balloc(?:at(?:e|ion|ing))?\b[^\n]{0,60}?\b(?:failed|fails)\b"
+          + r"|(?:failed|unable|could ?n[o']t|cannot) (?:to )?allocate"
+          + r"|out-of-memory|\boom[- ]?kill")
+_semantic("sem-diverged", "diverged", 58,
+          r"\b(?:loss(?:es)?|train_loss|gradients?|grads?|grad(?:ient)?[ _]norm|weights?|parameters?|activations?|logits"
+          r"|outputs?|update)\b[^\n]{0,40}?(?:\bnan\b|\binf\b|infinit|non-finite|not finite|non-numeric|\bexplod|blew up"
+          r"|blown up|\bdiverg|jumped (?:from|to)|spiked?)"
+          r"|(?:\bnan\b|\binf\b|non-finite|non-numeric|infinite) (?:values? )?(?:in|detected in|found in) "
+          r"(?:the )?(?:loss|gradients?|grads?|weights|parameters|activations|logits)"
+          r"|\b(?:nan|inf|non-finite|non-numeric|infinite|invalid) (?:\w+ )?(?:loss|gradients?|grads?|weights|activations)\b")
+_semantic("sem-cuda", "cuda_fault", 57,
+          r"\b(?:gpu|gpus|cuda(?::\d+)?|device|nvidia|driver|accelerator)\b[^\n]{0,40}?\b(?:stopped responding|not responding"
+          r"|no longer (?:visible|available|responding|present|accessible)|(?:is |was |got )?lost\b|fell off|fallen off"
+          r"|hardware (?:fault|error|failure)|unrecoverable|uncorrectable|crashed|disappeared|went away"
+          r"|not (?:found|detected|visible|available)|unavailable|hung\b|reset)"
+          r"|\b(?:hardware|device|driver|ecc|xid) (?:fault|failure|error)\b|kernel launch failed")
+_semantic("sem-io", "io_error", 57,
+          r"\b(?:checkpoint|ckpt|volume|disk|filesystem|file system|storage|bucket|upload\w*|download\w*|fetch\w*|sav(?:e|ed|ing)"
+          r"|writ(?:e|ing)|sync\w*|network|connection|endpoint|http|hub|s3|mount|nfs|shard)\b[^\n]{0,60}?"
+          r"(?:\b(?:is |was )?full\b|no (?:free )?space|out of (?:disk|space)|timed? ?out|unreachable|refused|\breset\b"
+          r"|i/o error|io error|\bhttp \d{3}\b|\b(?:50[0-9]|429|403|401)\b|\bretries\b|\btries\b|\battempts\b|read-only|quota"
+          r"|failed|could ?n[o']t|cannot|unable)")
+_semantic("sem-stalled", "stalled", 57,
+          r"\b(?:all-?reduce|all-?gather|reduce-?scatter|broadcast|barrier|collective|rendezvous|rank \d+|ranks|peers?"
+          r"|workers?|heartbeat|watchdog|nccl|process group|synchroni[sz]\w*)\b[^\n]{0,60}?(?:timed? ?out|did not (?:complete|finish"
+          r"|answer|respond|arrive|join)|has not (?:answered|responded|joined|arrived)|no (?:response|answer|reply)"
+          r"|not responding|gave up|giving up|stuck|\bhung\b|\bhang|frozen|deadlock)"
+          r"|\bno (?:training )?(?:steps?|batch(?:es)?|progress|iterations?|updates?)\b[^\n]{0,30}?\b(?:in|for|within)"
+          r" (?:the )?(?:last )?\d+"
+          r"|(?:appears|looks|seems|is) (?:to be )?(?:hung|stuck|frozen|deadlocked)", confidence=0.85)
+_rule("sem-hung", "stalled", 57, ("hung", "stuck", "frozen", "deadlock", "no training", "no step", "no progress", "no batch",
+                                  "no iteration", "no update"),
+      r"\bno (?:training )?(?:steps?|batch(?:es)?|progress|iterations?|updates?)\b[^\n]{0,30}?\b(?:in|for|within)"
+      r" (?:the )?(?:last )?\d+|(?:appears|looks|seems) (?:to be )?(?:hung|stuck|frozen|deadlocked)"
+      r"|\b(?:training|run|job|process|step) (?:is |has )?(?:hung|stuck|frozen|deadlocked)\b",
+      soft=True, confidence=0.85)
+_semantic("sem-data", "data_error", 56,
+          r"\b(?:samples?|records?|examples?|rows?|line \d+|fields?|keys?|columns?|templates?|prompts?|dataset|data ?file"
+          r"|training file|jsonl?|csv|parquet|schema|tokeni[sz]er|vocab\w*|labels?|config\w*|yaml|arguments?|hyperparam\w*"
+          r"|learning_rate|lr|batch_size|values?|variable|sequence)\b[^\n]{0,60}?"
+          r"(?:\bmissing\b|malformed|\binvalid\b|\bbad\b|corrupt|unexpected|undefined|\bunknown\b|pars(?:e|ing)|\bempty\b"
+          r"|\bexpected\b|must be|not (?:a valid|allowed|supported|defined)|has no\b|mismatch|out of range|decode)"
+          r"|\b(?:missing|malformed|invalid|bad|corrupt(?:ed)?|empty|undefined|unknown) (?:\w+ ){0,2}(?:samples?|records?"
+          r"|examples?|rows?|fields?|keys?|columns?|templates?|dataset|data|json|schema|tokens?|labels?|config\w*|arguments?"
+          r"|variables?|values?)\b", confidence=0.8)
+
 # --- completed ------------------------------------------------------------------------------------
 _rule("completed", "completed", 50,
       ("training is", "run is", "run complete", "run done", "final adapter saved", "training completed", "train_runtime", "train metrics", "training complete", "stopped:", "after training is done", "finished training", "training finished", "training done", "run finished", "saving final", "final model saved", "status: completed", "done training", "finished step="),
@@ -475,6 +545,17 @@ _rule("completed", "completed", 50,
       r"|finished training|done training|saving final (?:model|adapter|checkpoint)"
       r"|final (?:model|adapter) saved|status: completed|z finished step=\d+",
       confidence=0.95)
+_rule("sem-completed", "completed", 50,
+      ("done", "finish", "complete", "succeed", "success", "reached max", "exported", "stored", "written", "exit code 0"),
+      r"^(?![^\n]*(?:\berror|\bfail|\bfatal|\babort|\bwarn|\bexception|\bno\b|\bnot\b|\bnever\b|\bwithout\b|n't\b))[^\n]*?"
+      r"(?:\b(?:training|fine-?tun(?:e|ing)|run|job|all (?:\d+ )?(?:steps|epochs|iterations))\b[^\n]{0,30}?"
+      r"\b(?:done|finished|complete|completed|succeeded|successful(?:ly)?)\b"
+      r"|\bsuccess(?:fully)?\b[^\n]{0,30}?\b(?:finished|completed|trained|done)\b"
+      r"|reached max_?(?:steps|epochs|iters?)\b[^\n]{0,60}?\b(?:final|saving|writing|saved|ok|done)"
+      r"|\b(?:final|best) (?:model|weights|adapter|checkpoint)s?\b[^\n]{0,30}?\b(?:saved|written|stored|exported)"
+      r"|(?:adapter|weights|model) (?:written|exported|stored|saved) to\b[^\n]{0,80}?\b(?:final|done)"
+      r"|\bexit(?:ed)? (?:with )?code 0\b)",
+      confidence=0.85)
 
 _ALL_NEEDLES: tuple[str, ...] = tuple(dict.fromkeys(n for r in _RULES for n in r.needles))
 _FATAL_FLOOR = 55  # hits at or above this weight are terminal failures (unless progress followed a soft one)
@@ -506,110 +587,74 @@ class _Hit:
     line: str
 
 
-_BENIGN = """
-***** running training ***** num examples = 51,760 num epochs = 3 instantaneous batch size per device = 4
-total optimization steps = 1,000 number of trainable parameters = 41,943,040 gradient accumulation steps
-{'loss': 1.2345, 'grad_norm': 0.5432, 'learning_rate': 0.0002, 'epoch': 0.12} 12%|█▏ | 120/1000 [03:41<27:02, 1.84s/it]
-loading checkpoint shards: 100% saving model checkpoint to ./outputs/checkpoint-500 configuration saved in config.json
-model weights saved in ./outputs/checkpoint-500/model.safetensors tokenizer config file saved in
-special tokens file saved in special_tokens_map.json [info|trainer.py:2128] >> ***** running training *****
-[2024-02-10 22:14:02,441] [info] [logging.py:96:log_dist] [rank 0] step=1210, skipped=3, lr=[1.88e-05], mom=[(0.9, 0.999)]
-[info] [timer.py:260:stop] epoch=0/micro_step=4840/global_step=1210, runningavgsamplespersec=41.2, memallocated=6.21gb
-iter 1200: loss 1.8821, time 212.40ms, mfu 29.91% step 2400: train loss 3.1633, val loss 3.2517 saving checkpoint to out
-iteration 4100/ 500000 | consumed samples: 2099200 | elapsed time per iteration (ms): 3321.2 | learning rate: 2.999e-04 |
-global batch size: 512 | lm loss: 2.871234e+00 | loss scale: 65536.0 | grad norm: 0.412 | number of skipped iterations: 0 |
-use_cache=true is incompatible with gradient checkpointing. setting use_cache=false. the current process just got forked,
-after parallelism has already been used. disabling parallelism to avoid deadlocks... userwarning: torch.utils.checkpoint:
-the use_reentrant parameter should be passed explicitly. nccl info net/ib : no device found. nccl info bootstrap : using eth0
-setting ds_accelerator to cuda (auto detect) some weights of the model checkpoint were not used when initializing the model
-you should probably train this model on a down-stream task to be able to use it for predictions and inference.
-wandb: tracking run with wandb version 0.16.3 wandb: run data is saved locally in /workspace/wandb/run-20240210
-warning:torch.distributed.run: setting omp_num_threads environment variable for each process to be 1 in default
-gpu available: true (cuda), used: true local_rank: 0 - cuda_visible_devices: [0] trainable params total params
-unsloth: fast llama patching. max memory: 23.643 gb. platform = linux. bfloat16 = true. free apache license
-generating train split: 212000 examples [00:09, 22841.12 examples/s] map (num_proc=8): tokenizing dataset
-"""
+def _trie_pattern(words: tuple[str, ...]) -> str:
+    """One regex alternation of literal words, factored as a trie (one branch per next character).
 
-
-def _gates(needles: tuple[str, ...], *, width: int = 4, min_cover: int = 2) -> dict[str, tuple[str, ...]]:
-    """Group needles under shared substrings ("gates"): an absent gate rules out all its needles.
-
-    Greedy set cover over the needles' `width`-character substrings, preferring substrings that
-    healthy logs do not contain (those prune nothing). Needles no gate covers `min_cover` times
-    are their own gates.
+    The regex engine then tries at most one branch per character at each position instead of
+    every word in turn, and its first-character set skips positions no word can start at.
     """
-    uncovered = set(needles)
-    groups: dict[str, tuple[str, ...]] = {}
-    while uncovered:
-        counts: dict[str, int] = {}
-        for n in uncovered:
-            for sub in {n[i : i + width] for i in range(max(1, len(n) - width + 1))}:
-                counts[sub] = counts.get(sub, 0) + 1
-        gate, hits = max(sorted(counts.items()), key=lambda kv: (kv[0] not in _BENIGN, kv[1]))
-        if hits < min_cover:
-            for n in sorted(uncovered):
-                groups[n] = (n,)
-            break
-        members = tuple(sorted(n for n in uncovered if gate in n))
-        groups[gate] = members
-        uncovered.difference_update(members)
-    return groups
+    trie: dict[str, Any] = {}
+    for w in words:
+        node = trie
+        for c in w:
+            node = node.setdefault(c, {})
+        node[""] = {}
+
+    def emit(node: dict[str, Any]) -> str:
+        alts = [re.escape(c) + emit(sub) for c, sub in sorted(node.items()) if c]
+        if not alts:
+            return ""
+        body = alts[0] if len(alts) == 1 else "(?:" + "|".join(alts) + ")"
+        return f"(?:{body})?" if "" in node else body
+
+    return emit(trie)
 
 
-def _gate_tree(needles: tuple[str, ...]) -> tuple[tuple[str, dict[str, tuple[str, ...]]], ...]:
-    """Two levels: short benign-free gates over groups of 4-character gates over needles."""
-    top = _gates(needles, width=3, min_cover=4)
-    tree: list[tuple[str, dict[str, tuple[str, ...]]]] = []
-    loose: list[str] = []
-    for gate, members in top.items():
-        if len(members) >= 4 and gate not in _BENIGN:
-            tree.append((gate, _gates(members)))
-        else:
-            loose.extend(members)
-    tree.append(("", _gates(tuple(sorted(loose)))))  # "" is in every text: always scanned
-    return tuple(tree)
-
-
-def _needle_positions(low: str) -> dict[str, int]:
-    """First position of every distinct needle present in the text."""
-    found: dict[str, int] = {}
-    for top, gates in _GATE_TREE:
-        if top not in low:
-            continue
-        for gate, members in gates.items():
-            if gate not in low:
-                continue
-            for needle in members:
-                i = low.find(needle)
-                if i >= 0:
-                    found[needle] = i
-    return found
-
-
-_GATE_TREE = _gate_tree(_ALL_NEEDLES)
-_RULES_BY_NEEDLE: dict[str, tuple[int, ...]] = {
-    n: tuple(i for i, r in enumerate(_RULES) if n in r.needles) for n in _ALL_NEEDLES
+# One pass over the tail finds every needle occurrence: a zero-width lookahead at each position
+# captures the LONGEST needle starting there (the trie is greedy); every shorter needle that is a
+# prefix of it is implied, and needles starting later are found at their own positions.
+_NEEDLE_SCAN = re.compile("(?=(" + _trie_pattern(_ALL_NEEDLES) + "))")
+_RULES_FOR_MATCH: dict[str, tuple[int, ...]] = {
+    longest: tuple(i for i, r in enumerate(_RULES) if any(longest.startswith(n) for n in r.needles))
+    for longest in _ALL_NEEDLES
 }
 
 
-def _match_from(rule: _Rule, low: str, needle_pos: int) -> re.Match[str] | None:
-    """The first match of a rule at or after the line holding its first needle.
+def _candidate_lines(low: str) -> dict[int, list[tuple[int, int]]]:
+    """Per rule index, the (start, end) spans of the lines holding one of its needles, in order."""
+    lines: dict[int, list[tuple[int, int]]] = {}
+    line_of: dict[int, tuple[int, int]] = {}
+    for m in _NEEDLE_SCAN.finditer(low):
+        pos = m.start()
+        start = low.rfind("\n", 0, pos) + 1
+        span = line_of.get(start)
+        if span is None:
+            end = low.find("\n", pos)
+            span = line_of[start] = (start, end if end >= 0 else len(low))
+        for idx in _RULES_FOR_MATCH[m.group(1)]:
+            spans = lines.setdefault(idx, [])
+            if not spans or spans[-1] != span:
+                spans.append(span)
+    return lines
 
-    Every alternative of a rule's pattern contains one of its needles (a unit test checks this
-    on the corpus), so nothing before that line can match; a rule none of whose needles occur is
-    never run at all.
+
+def _first_match(rule: _Rule, low: str, spans: list[tuple[int, int]]) -> re.Match[str] | None:
+    """The first match of a rule, searching only the lines that hold one of its needles.
+
+    Every match of a rule's pattern lies on one line containing one of its needles (a unit test
+    checks this on the corpus), so the other lines cannot match.
     """
-    start = low.rfind("\n", 0, needle_pos) + 1
-    for m in rule.pattern.finditer(low, start):
-        if rule.check is None or rule.check(m):
-            return m
+    for start, end in spans:
+        for m in rule.pattern.finditer(low, start, end):
+            if rule.check is None or rule.check(m):
+                return m
     return None
 
 
 def _search(rule: _Rule, low: str) -> re.Match[str] | None:
     """The first match of one rule in a lowercased tail (for tests and tools)."""
-    first = min((i for i in (low.find(n) for n in rule.needles) if i >= 0), default=-1)
-    return None if first < 0 else _match_from(rule, low, first)
+    idx = _RULES.index(rule)
+    return _first_match(rule, low, _candidate_lines(low).get(idx, []))
 
 
 def _line_at(text: str, pos: int) -> str:
@@ -687,13 +732,8 @@ def classify(
     idle_evidence = f"log idle for {idle:.0f}s (stall threshold {stall_after_s:.0f}s)" if idle is not None else ""
 
     hits: list[_Hit] = []
-    first: dict[int, int] = {}  # rule index -> first needle position
-    for needle, pos in _needle_positions(low).items():
-        for idx in _RULES_BY_NEEDLE[needle]:
-            if pos < first.get(idx, len(low)):
-                first[idx] = pos
-    for idx in sorted(first):
-        m = _match_from(_RULES[idx], low, first[idx])
+    for idx, spans in sorted(_candidate_lines(low).items()):
+        m = _first_match(_RULES[idx], low, spans)
         if m is not None:
             hits.append(_Hit(_RULES[idx], m.start(), _line_at(text, m.start())))
 
