@@ -345,8 +345,8 @@ _rule("rendezvous", "stalled", 91, ("diststoreerror", "rendezvous", "timed out",
       r"|barrier timed out|monitoredBarrier|Timed out initializing process group"
       r"|Timed out waiting \d+ ?ms for (?:send|recv|recv operation)|The server socket has timed out",
       confidence=0.95)
-_rule("rendezvous-fail", "stalled", 75, ("rendezvous", "address already in use", "distnetworkerror"),
-      r"RendezvousConnectionError|RendezvousClosedError|DistNetworkError"
+_rule("rendezvous-fail", "stalled", 75, ("rendezvous", "address already in use", "distnetworkerror", "keep-alive heartbeat"),
+      r"RendezvousConnectionError|RendezvousClosedError|DistNetworkError|failed to send a keep-alive heartbeat"
       r"|failed to bind to .{0,40}Address already in use", confidence=0.85)
 _rule("hang-detected", "stalled", 80, ("hang", "stuck", "no progress"),
       r"\bhang(?:ing)? detected|training (?:appears|seems) (?:to be )?(?:stuck|hung)"
@@ -364,7 +364,7 @@ _rule("ckpt-save-failed", "io_error", 85, ("checkpoint", "save"),
       r"(?:failed|unable|could not) to (?:save|write) (?:the )?(?:checkpoint|model|state|adapter)"
       r"|checkpoint (?:save|write|upload) failed|Error saving checkpoint", confidence=0.9)
 _rule("network", "io_error", 90, ("name or service", "no route", "chunkedencoding", "protocolerror", "aiohttp", "connect", "payload", "commerror", "run initialization", "timed out", "timeout", "name resolution", "getaddrinfo", "max retries", "ssl", "unreachable", "resolve", "reset by peer", "incompleteread", "broken pipe"),
-      r"ConnectionError|ConnectTimeout|ConnectTimeoutError|ReadTimeout(?:Error)?|Read timed out"
+      r"(?<!Rendezvous)ConnectionError|ConnectTimeout|ConnectTimeoutError|ReadTimeout(?:Error)?|Read timed out"
       r"|Max retries exceeded|Failed to establish a new connection|Connection refused"
       r"|Connection (?:reset|aborted|broken)|reset by peer|IncompleteRead|RemoteDisconnected"
       r"|Temporary failure in name resolution|Name or service not known|getaddrinfo failed"
