@@ -62,8 +62,10 @@ from app.policy.provisioning import (
     Tick,
     TrainerStatus,
     WakeAt,
+    WantStandby,
     decide,
     guarded_config,
+    hand_over,
     naive_config,
     new_job,
     oracle_config,
@@ -211,6 +213,7 @@ class _Campaign:
         }
         self.real_jobs: tuple[str, ...] = tuple(self.jobs)
         self.standby_ids: set[str] = set()
+        self.hedge_ids: set[str] = set()  # standby jobs started to hedge a recovery
         self.standby_spans: dict[str, list[float | None]] = {}  # instance -> [start, end]: waiting as standby
         self.budget_stopped = False
         self.wake: dict[str, float] = {}
@@ -264,14 +267,14 @@ class _Campaign:
                     continue  # superseded
                 self._on_wake(job_id)
             elif kind == "preflight":
-                job = self.jobs[job_id]
-                if job.phase == "preflight" and job.attempt is not None and job.attempt.instance_id == payload[0]:
-                    self._feed(job_id, payload[1])
+                owner = self._job_of_instance(payload[0])  # the attempt may have been handed over
+                if owner is not None and self.jobs[owner].phase == "preflight":
+                    self._feed(owner, payload[1])
             elif kind == "oracle":
-                job = self.jobs[job_id]
                 iid, reason, evidence = payload
-                if job.attempt is not None and job.attempt.instance_id == iid and job.phase in ("booting", "preflight", "training"):
-                    self._feed(job_id, FailureSeen(reason, evidence))
+                owner = self._job_of_instance(iid)
+                if owner is not None and self.jobs[owner].phase in ("booting", "preflight", "training"):
+                    self._feed(owner, FailureSeen(reason, evidence))
             elif kind == "hold_expired":
                 self._hold_expired(payload)
             self._top_up_standby()
@@ -289,29 +292,79 @@ class _Campaign:
         return self._receipt(end)
 
     # -- the standby pool and held hosts ----------------------------------------------------
-    def _pool_short_by(self, *, besides: int = 0) -> int:
-        """How many more verified hosts the standby pool wants (0 once every job is over)."""
+    def _pool_missing(self, *, besides: int = 0) -> int:
+        """How many more verified hosts the standby pool wants (0 once every job is over), not
+        counting `besides` of the held hosts."""
         if self.cfg.standby_hosts <= 0 or self._real_jobs_over() or self.budget_stopped:
             return 0
-        pending = sum(1 for j in self.standby_ids if self.jobs[j].phase not in ("done", "failed"))
-        return max(0, self.cfg.standby_hosts - (len(self.held) - besides) - pending)
+        return max(0, self.cfg.standby_hosts - (len(self.held) - besides))
+
+    def _job_of_instance(self, iid: str) -> str | None:
+        for job_id, job in self.jobs.items():
+            if job.attempt is not None and job.attempt.instance_id == iid:
+                return job_id
+        return None
+
+    def _new_standby_job(self, *, hedge_for: str | None = None) -> str:
+        job_id = f"standby-{len(self.standby_ids) + 1}"
+        self.standby_ids.add(job_id)
+        if hedge_for is not None:
+            self.hedge_ids.add(job_id)
+        self.jobs[job_id] = new_job(job_id, req=self.req, shape=self.shape, standby=True)
+        self._log("standby_wanted", job=job_id, hedge_for=hedge_for)
+        return job_id
+
+    def _standby_still_wanted(self, job_id: str) -> bool:
+        """A standby job that has not yet rented a host: is it still needed (the pool is short,
+        or a job it hedges for, or any other, is still waiting for its recovery)?"""
+        if self._real_jobs_over() or self.budget_stopped:
+            return False
+        if self._pool_missing() > 0:
+            return True
+        return any(self.jobs[j].lost_at is not None for j in self.real_jobs if self.jobs[j].phase not in ("done", "failed"))
 
     def _top_up_standby(self) -> None:
-        for _ in range(self._pool_short_by()):
-            job_id = f"standby-{len(self.standby_ids) + 1}"
-            self.standby_ids.add(job_id)
-            self.jobs[job_id] = new_job(job_id, req=self.req, shape=self.shape, standby=True)
-            self._log("standby_wanted", job=job_id)
-            self._wake(job_id, self.clock.now())
+        # Each missing host is provisioned by `recovery_hedge` parallel chains (a dud on one chain
+        # does not leave the pool empty for long); chains no longer needed stop between attempts.
+        pending = sum(1 for j in self.standby_ids if self.jobs[j].phase not in ("done", "failed"))
+        for _ in range(self._pool_missing() * max(1, self.cfg.recovery_hedge) - pending):
+            self._wake(self._new_standby_job(), self.clock.now())
+
+    def _offer_to_recoveries(self) -> None:
+        """A verified host waits: a recovering job whose own replacement is still booting hands that
+        attempt over to a standby job and adopts the waiting host; a queued one looks at once."""
+        now = self.clock.now()
+        recovering = sorted(
+            (j for j in self.real_jobs if self.jobs[j].lost_at is not None and self.jobs[j].phase in ("queued", "booting", "preflight")),
+            key=lambda j: self.jobs[j].lost_at or 0.0,
+        )
+        for job_id in recovering:
+            if not self.held:
+                return
+            job = self.jobs[job_id]
+            if job.phase != "queued":
+                standby_id = f"standby-{len(self.standby_ids) + 1}"
+                moved = hand_over(job, standby_id=standby_id)
+                if moved is None:
+                    continue
+                back, standby = moved
+                self.standby_ids.add(standby_id)
+                self.jobs[job_id], self.jobs[standby_id] = back, standby
+                assert standby.attempt is not None
+                iid = standby.attempt.instance_id
+                self.standby_spans[iid] = [now, None]
+                self._log("handed_over", job=job_id, to=standby_id, instance=iid)
+                self._wake(standby_id, now)
+            self._feed(job_id, Tick(view=self._view(self.jobs[job_id])))
 
     def _hold_expired(self, iid: str) -> None:
         h = self.held.get(iid)
         now = self.clock.now()
         if h is None or h.hold_until > now + 1e-9:
             return  # adopted, dropped, or renewed since
-        if self._pool_short_by(besides=1) > 0:
+        if self._pool_missing(besides=1) > 0:
             # Keep it as the standby rather than renting another and pulling the image again.
-            h = replace(h, hold_until=now + self.cfg.standby_hold_s)
+            h = replace(h, hold_until=now + self.cfg.standby_hold_s, standby=True)
             self.held[iid] = h
             self.standby_spans.setdefault(iid, [now, None])
             self._push(h.hold_until, "hold_expired", "", iid)
@@ -364,6 +417,11 @@ class _Campaign:
         job = self.jobs[job_id]
         att = job.attempt
         obs: Observation
+        if job.phase == "queued" and job_id in self.standby_ids and not self._standby_still_wanted(job_id):
+            # Between attempts and nobody needs it any more: stop rolling the dice.
+            self.jobs[job_id] = replace(job, phase="done", failure="no longer needed")
+            self._log("standby_cancelled", job=job_id)
+            return
         if job.phase == "queued":
             view = self._view(job)
             if view.budget_left_usd is not None and not self.live and not self.held and (
@@ -493,20 +551,28 @@ class _Campaign:
             self._push(now + PREFLIGHT_S, "preflight", act.job_id, (act.instance_id, res), prio=0)
         elif isinstance(act, StartTraining):
             self._start_trainer(act)
+        elif isinstance(act, WantStandby):
+            for _ in range(act.count):
+                self._wake(self._new_standby_job(hedge_for=act.job_id), now)
         elif isinstance(act, Hold):
             if self.budget_stopped:
                 self._stop_instance(act.host.instance_id, reason="budget_cap", evidence="no holds after the cap")
                 return None
+            host = act.host
+            if act.job_id in self.standby_ids and self._pool_missing() == 0:
+                # A hedge (or a handed-over attempt) the pool does not want: an ordinary held host.
+                host = replace(host, standby=False, hold_until=now + self.cfg.hold_s)
             if not self.held:
                 self._push(now + POOL_CHECK_S, "pool_check", "")
-            self.held[act.host.instance_id] = act.host
+            self.held[host.instance_id] = host
             live = self.live.get(act.host.instance_id)
             if live is not None:  # what the hold may still bill
                 live.reserved_usd = self.referee.bill(act.host.instance_id).total_usd + act.host.dph_total * min(
                     act.host.hold_until - now, 3600.0) / 3600.0
-            self._push(act.host.hold_until, "hold_expired", act.job_id, act.host.instance_id)
-            self._log("held", job=act.job_id, instance=act.host.instance_id, until_s=act.host.hold_until - self.t0,
-                      standby=act.job_id in self.standby_ids)
+            self._push(host.hold_until, "hold_expired", act.job_id, host.instance_id)
+            self._log("held", job=act.job_id, instance=host.instance_id, until_s=host.hold_until - self.t0,
+                      standby=host.standby)
+            self._offer_to_recoveries()
         elif isinstance(act, Recovered):
             self.recoveries.append({
                 "job": act.job_id, "machine_id": act.machine_id, "cause": act.cause,

@@ -22,6 +22,12 @@ once verified, the host is held (`Hold`) for the next job that needs one, so a r
 the image pull (`ProvisioningConfig.standby_hosts`, kept by the driver). A `BudgetCapReached`
 observation ends any job where it stands: its host stopped (destroyed only if it never held the
 job's work), nothing new rented, the cap named.
+
+A recovery that finds no verified host waiting hedges: with its own create it asks the driver for
+`recovery_hedge - 1` standby jobs (`WantStandby`); whichever host is verified first takes the job
+(`hand_over` moves the job's own attempt, still booting, to a standby job), the others wait as
+standby. On a marketplace where most rentals are duds, one chain of attempts often meets a dud
+first; parallel chains bring the median recovery back to one image pull.
 """
 
 from __future__ import annotations
@@ -76,9 +82,11 @@ __all__ = [
     "Tick",
     "TrainerStatus",
     "WakeAt",
+    "WantStandby",
     "choose_host",
     "decide",
     "guarded_config",
+    "hand_over",
     "naive_config",
     "new_job",
     "oracle_config",
@@ -114,6 +122,7 @@ class ProvisioningConfig:
     # one instead of pulling the image again. The driver provisions them as standby jobs.
     standby_hosts: int = 0
     standby_hold_s: float = 6 * 3600.0  # a standby host's hold; the driver renews or releases it
+    recovery_hedge: int = 3  # parallel provisioning chains for a recovery with no verified host waiting
 
 
 def guarded_config() -> ProvisioningConfig:
@@ -146,6 +155,7 @@ def naive_config() -> ProvisioningConfig:
         stall_s=0.0,
         notice_delay_s=105 * 60.0,
         hold_s=0.0,
+        recovery_hedge=1,
     )
 
 
@@ -362,8 +372,18 @@ class WakeAt:
     at: float
 
 
+@dataclass(frozen=True, slots=True)
+class WantStandby:
+    """Start `count` standby jobs (new_job(..., standby=True)) for this job's recovery."""
+
+    job_id: str
+    count: int
+    why: str
+
+
 Action = (
-    Create | Adopt | Destroy | Stop | Record | RunPreflight | StartTraining | Hold | Recovered | Finished | GaveUp | WakeAt
+    Create | Adopt | Destroy | Stop | Record | RunPreflight | StartTraining | Hold | Recovered | Finished | GaveUp
+    | WakeAt | WantStandby
 )
 
 
@@ -375,7 +395,7 @@ def choose_host(
     offer by the configured ranking."""
     if (cfg.hold_s > 0 or cfg.standby_hosts > 0) and not job.standby:
         held = [h for h in view.held if h.machine_id not in job.excluded]
-        pick = pick_held_host(held, job.req, now=now)
+        pick = pick_held_host(held, job.req, now=now, recovering=job.lost_at is not None)
         if pick is not None:
             return pick
     records = view.records if cfg.quarantine else {}
@@ -387,6 +407,10 @@ def choose_host(
         ranked.sort(key=lambda r: (r.offer.dph_total, r.offer.offer_id))
     if view.budget_left_usd is not None:
         ranked = [r for r in ranked if r.attempt_cost_usd <= view.budget_left_usd]
+    if not ranked and not job.standby:
+        # Nothing left to rent: a standby host is better used than a job left waiting.
+        held = [h for h in view.held if h.machine_id not in job.excluded]
+        return pick_held_host(held, job.req, now=now, recovering=True)
     return ranked[0] if ranked else None
 
 
@@ -444,11 +468,11 @@ def _on_budget_cap(job: JobState, obs: BudgetCapReached) -> tuple[JobState, list
 def _on_tick(job: JobState, obs: Tick, now: float, cfg: ProvisioningConfig) -> tuple[JobState, list[Action]]:
     if job.phase != "queued":
         return job, []
+    pick = choose_host(job, obs.view, now=now, cfg=cfg)
+    if isinstance(pick, HeldHost):  # a verified host waits: no create, so no backoff either
+        return job, [Adopt(job.job_id, pick)]
     if now < job.not_before:
         return job, [WakeAt(job.job_id, job.not_before)]
-    pick = choose_host(job, obs.view, now=now, cfg=cfg)
-    if isinstance(pick, HeldHost):
-        return job, [Adopt(job.job_id, pick)]
     if not may_create(creates_so_far=job.creates, max_creates=cfg.max_creates_per_job):
         failed = replace(job, phase="failed", failure=f"create cap reached ({job.creates} creates)")
         return failed, [GaveUp(job.job_id, failed.failure or "")]
@@ -465,7 +489,28 @@ def _on_tick(job: JobState, obs: Tick, now: float, cfg: ProvisioningConfig) -> t
         f"${pick.cost_per_delivered_job_usd:.4f} per delivered job "
         f"(${pick.attempt_cost_usd:.4f} per attempt / p={pick.delivery_probability:.3f})"
     )
-    return job, [Create(job.job_id, pick.offer, why)]
+    acts: list[Action] = [Create(job.job_id, pick.offer, why)]
+    if job.lost_at is not None and job.failures_in_row == 0 and cfg.recovery_hedge > 1 and not job.standby:
+        # The first create of a recovery with no verified host waiting: hedge.
+        acts.append(WantStandby(job.job_id, cfg.recovery_hedge - 1, "recovery with no verified host waiting"))
+    return job, acts
+
+
+def hand_over(job: JobState, *, standby_id: str) -> tuple[JobState, JobState] | None:
+    """A recovering job whose own replacement is still booting or preflighting gives that attempt
+    to a new standby job and goes back to the queue, to adopt a verified host that is waiting.
+
+    None when there is nothing to hand over (not recovering, or no attempt that never held work).
+    """
+    att = job.attempt
+    if job.lost_at is None or att is None or att.held_work or job.phase not in ("booting", "preflight"):
+        return None
+    standby = JobState(
+        job_id=standby_id, req=job.req, shape=job.shape, phase=job.phase, creates=1, attempt=att,
+        excluded=job.excluded, standby=True,
+    )
+    back = replace(job, phase="queued", attempt=None, not_before=0.0)
+    return back, standby
 
 
 def _on_created(
@@ -592,7 +637,7 @@ def _verified(job: JobState, att: Attempt, now: float, cfg: ProvisioningConfig) 
     host = HeldHost(
         instance_id=att.instance_id, machine_id=att.machine_id, provider=att.provider,
         gpu_name=att.offer.gpu_name, gpu_ram_gb=att.offer.gpu_ram_gb, num_gpus=att.offer.num_gpus,
-        dph_total=att.offer.dph_total, held_since=now, hold_until=now + cfg.standby_hold_s,
+        dph_total=att.offer.dph_total, held_since=now, hold_until=now + cfg.standby_hold_s, standby=True,
     )
     return replace(job, phase="done", attempt=None, failures_in_row=0), [Hold(job.job_id, host)]
 

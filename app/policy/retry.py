@@ -3,6 +3,9 @@
 Provisioning is the bottleneck, not training: once a host has proven it computes, keep it for
 the next compatible job (`hold_s`, default 10 minutes) instead of rolling the marketplace's
 dice again. Every create counts against a per-job cap, and failed attempts back off.
+
+A held host marked `standby` is insurance: it waits for a job whose host was lost or hung (a
+recovery adopts it and skips the image pull), and a fresh job does not take it.
 """
 
 from __future__ import annotations
@@ -57,14 +60,21 @@ class HeldHost:
     dph_total: float
     held_since: float
     hold_until: float
+    standby: bool = False  # kept for recoveries only
 
 
-def pick_held_host(held: Sequence[HeldHost], req: Requirements, *, now: float) -> HeldHost | None:
-    """The cheapest held host that suits `req` and is still within its hold, or None."""
+def pick_held_host(
+    held: Sequence[HeldHost], req: Requirements, *, now: float, recovering: bool = False
+) -> HeldHost | None:
+    """The cheapest held host that suits `req` and is still within its hold, or None.
+
+    Standby hosts are offered only to a job that is `recovering` (its host was lost or hung).
+    """
     fits = [
         h
         for h in held
         if now < h.hold_until
+        and (recovering or not h.standby)
         and (not req.providers or h.provider in req.providers)
         and (not req.gpu_names or any(same_gpu(w, h.gpu_name) for w in req.gpu_names))
         and h.gpu_ram_gb >= req.min_gpu_ram_gb

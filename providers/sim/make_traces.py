@@ -7,6 +7,8 @@
 the cheapest, so a cheapest-first renter meets all three before the healthy one).
 `marketplace`: 100 hosts shaped like 18 measured days: 62 never deliver a working GPU.
 `adversarial`: the duds are the cheapest offers and carry perfect reliability scores.
+`recovery`: hosts that vanish during training (`dies_at_s` after the pull), among marketplace duds.
+`hangs`: trainers that hang during training (`hangs_at_s` after the pull), among marketplace duds.
 """
 
 from __future__ import annotations
@@ -215,7 +217,51 @@ def adversarial(seed: int = 4242) -> dict[str, Any]:
             "workload": workload, "hosts": hosts}
 
 
-TRACES = {"smoke": smoke, "marketplace": marketplace, "adversarial": adversarial}
+def _mid_run(name: str, description: str, *, seed: int, duds: list[str], goods: list[str],
+             workload: dict[str, Any]) -> dict[str, Any]:
+    """Marketplace-shaped hosts (same offers, duds and cadences) with mid-run failures."""
+    rng = random.Random(seed)
+    download_gb = workload["image_gb"] + workload["model_gb"]
+    kinds = duds + goods
+    rng.shuffle(kinds)
+    hosts: list[dict[str, Any]] = []
+    for i, kind in enumerate(kinds):
+        offer = _offer(rng)
+        if kind in ("ok", "dies_mid_run", "hangs_mid_run"):
+            truth = _healthy(rng, download_gb)
+            pull = _pull_s(download_gb, truth["pull_mbps"])
+            if kind == "dies_mid_run":
+                truth["dies_at_s"] = round(pull + rng.uniform(300, 0.8 * workload["train_seconds"]))
+            if kind == "hangs_mid_run":
+                truth["hangs_at_s"] = round(pull + rng.uniform(200, 0.8 * workload["train_seconds"]))
+        else:
+            truth = _dud(rng, kind, offer, download_gb)
+        hosts.append({"machine_id": f"{name[0]}-{2000 + i * 7 + rng.randrange(7)}", "note": kind, "offer": offer,
+                      "truth": truth})
+    return {"format": TRACE_FORMAT, "name": name, "description": description, "workload": workload, "hosts": hosts}
+
+
+def recovery(seed: int = 7007) -> dict[str, Any]:
+    """40 hosts: 14 duds of the marketplace's kinds, 14 healthy, 12 that vanish during training."""
+    duds = ["freeze"] * 4 + ["fatal"] * 4 + ["stale_driver"] * 3 + ["vram_short", "wrong_gpu", "vanished_boot"]
+    goods = ["ok"] * 14 + ["dies_mid_run"] * 12
+    workload = {"jobs": 4, "image_gb": 8, "model_gb": 15, "train_seconds": 2400, "checkpoint_every_s": 300,
+                "disk_gb": 60, "budget_usd": 20.0}
+    return _mid_run("recovery", "hosts vanish during training (dies_at_s after the pull) among marketplace duds",
+                    seed=seed, duds=duds, goods=goods, workload=workload)
+
+
+def hangs(seed: int = 5005) -> dict[str, Any]:
+    """30 hosts: 10 duds of the marketplace's kinds, 12 healthy, 8 whose trainer hangs mid-run."""
+    duds = ["freeze"] * 3 + ["fatal"] * 3 + ["stale_driver"] * 2 + ["vram_short", "throttled"]
+    goods = ["ok"] * 12 + ["hangs_mid_run"] * 8
+    workload = {"jobs": 3, "image_gb": 8, "model_gb": 15, "train_seconds": 1800, "checkpoint_every_s": 300,
+                "disk_gb": 60, "budget_usd": 15.0}
+    return _mid_run("hangs", "trainers hang during training (hangs_at_s after the pull) among marketplace duds",
+                    seed=seed, duds=duds, goods=goods, workload=workload)
+
+
+TRACES = {"smoke": smoke, "marketplace": marketplace, "adversarial": adversarial, "recovery": recovery, "hangs": hangs}
 
 
 def main(argv: list[str] | None = None) -> int:
