@@ -147,13 +147,14 @@ def test_every_rule_match_on_the_corpus_contains_one_of_its_needles() -> None:
     for row in rows:
         low = rules.normalise(row["log"]).lower()
         for rule in rules._RULES:
-            m = rule.pattern.search(low)
-            if m is None:
-                continue
-            start = low.rfind("\n", 0, m.start()) + 1
-            end = low.find("\n", m.end())
-            line = low[start : end if end >= 0 else len(low)]
-            assert any(n in line for n in rule.needles), (rule.name, line[:200])
+            for m in rule.pattern.finditer(low):
+                if rule.check is not None and not rule.check(m):
+                    continue
+                start = low.rfind("\n", 0, m.start()) + 1
+                end = low.find("\n", m.end())
+                line = low[start : end if end >= 0 else len(low)]
+                assert "\n" not in m.group(0), (rule.name, m.group(0)[:200])
+                assert any(n in line for n in rule.needles), (rule.name, line[:200])
 
 
 def test_the_corpus_is_deterministic_and_covers_every_state_and_split() -> None:
