@@ -5,7 +5,9 @@
     print(get_job(job_id).phase)
 
 Submitting only enqueues: the job is written down (with its budget cap, if it has one), a ledger
-event records it, and the provision queue gets its id. The fleet (Celery workers) does the rest.
+event records it, and the provision queue gets its id. A job with a gate is written down with one
+training run per seed (`<job>-seed-<N>`, each with budget_usd / seeds as its cap); the runs go
+on the provision queue, and the job itself waits for their adapters to be judged. The fleet (Celery workers) does the rest.
 The broker must be reachable; when it is not, nothing is written and `ServiceUnavailable` says so.
 """
 
@@ -13,7 +15,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from app.jobs import JobRecord, JobSpec, load_job_file
+from app.jobs import JobRecord, JobSpec, load_job_file, seed_run_id
 
 __all__ = ["get_job", "list_jobs", "submit"]
 
@@ -26,16 +28,30 @@ def submit(spec: JobSpec | str | Path) -> str:
     if not isinstance(spec, JobSpec):
         spec = load_job_file(spec)
     bootstrap.require_broker()
-    job_id = bootstrap.jobs().add(spec)
-    if spec.budget_usd is not None:
-        bootstrap.budget().set_cap(job_id, spec.budget_usd, reason=f"job file {spec.source}")
+    store = bootstrap.jobs()
+    job_id = store.add(spec)
+    # A gated job trains one adapter per seed: one run per seed, each provisioned and supervised
+    # on its own, with its share of the budget (their caps together are the job's budget).
+    runs = [(seed_run_id(job_id, seed), spec.seed_run(seed, parent=job_id)) for seed in spec.seeds]
+    for run_id, run_spec in runs:
+        store.add(run_spec, job_id=run_id)
+    for jid, s in runs or [(job_id, spec)]:
+        if s.budget_usd is not None:
+            bootstrap.budget().set_cap(jid, s.budget_usd, reason=f"job file {spec.source}"
+                                       + (f" (seed run of {job_id})" if s.parent else ""))
     bootstrap.ledger().append(Event(
         kind="job_submitted", job=job_id, reason="submit",
         payload={"name": spec.name, "source": spec.source, "budget_usd": spec.budget_usd,
-                 "gpu": list(spec.needs.gpu), "providers": list(spec.needs.providers)},
+                 "gpu": list(spec.needs.gpu), "providers": list(spec.needs.providers),
+                 "runs": [r for r, _ in runs], "seeds": list(spec.seeds)},
         idempotency_key=f"{job_id}:submitted",
     ))
-    bootstrap.enqueue_job(job_id)
+    if not runs:
+        bootstrap.enqueue_job(job_id)
+        return job_id
+    store.set_phase(job_id, "training", detail="one run per seed: " + ", ".join(r for r, _ in runs))
+    for run_id, _ in runs:
+        bootstrap.enqueue_job(run_id)
     return job_id
 
 

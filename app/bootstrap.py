@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from app.services.supervisor import SupervisorService
     from app.ssh import KeyPair
     from app.triage.chain import TriageChain
+    from gate.jobs import JobEvaluator
     from gate.service import GateService
 
 __all__ = [
@@ -36,6 +37,7 @@ __all__ = [
     "engine",
     "enqueue_job",
     "gate",
+    "job_evaluator",
     "job_keypair",
     "jobs",
     "ledger",
@@ -140,6 +142,22 @@ def gate(s: Settings | None = None, *, notify: Notifier | None = None) -> GateSe
     from gate.service import GateService
 
     return GateService(ledger=ledger(s), notifier=notify if notify is not None else notifier(s))
+
+
+def job_evaluator(s: Settings | None = None, *, notify: Notifier | None = None) -> JobEvaluator:
+    """The evaluate stage: a gated job's seed adapters from the ArtifactStore, judged by the gate.
+
+    Trials are written under TUNEHARNESS_HOME/trials/<job>; adapters come from TUNEHARNESS_ARTIFACTS
+    (default TUNEHARNESS_HOME/artifacts), as the supervisor put them.
+    """
+    import os
+
+    from app.artifacts import open_store
+    from gate.jobs import JobEvaluator
+
+    s = s or settings()
+    store = open_store(os.environ.get("TUNEHARNESS_ARTIFACTS") or str(s.home / "artifacts"))
+    return JobEvaluator(jobs=jobs(s), store=store, gate=gate(s, notify=notify), ledger=ledger(s), work_dir=s.home)
 
 
 MARKETS = ("vast", "runpod", "sim")

@@ -30,7 +30,18 @@ data it names are shipped to the host), what it needs from a host, its budget, a
       download_gb: 23             # optional: image + model pulled (ranking, reservation)
       train_hours: 0.5            # optional: expected training time (ranking, reservation)
     budget_usd: 5.00
-    gate: gate.json               # optional: a gate.json path or the gate inline
+    gate:                         # optional: evaluate and judge the adapters (docs/gate.md)
+      config: gate.json           # a gate.json path, or the gate.json mapping inline
+      eval: data/gate-eval.jsonl  # or a list; rows {"id", "slice", "text" | "prompt", "expected"}
+      baseline: predictions:data/baseline.jsonl   # or command:CMD (run in the job file's directory)
+      incumbent: adapter:prod/adapter             # optional: the model in production now
+      seeds: [1, 2]               # optional (default [1, 2]); at least two
+      timeout_s: 400              # optional: per predictor (default 400)
+
+A job with a gate trains one adapter per seed: submit records the job and one run per seed
+(`<job>-seed-<N>`, the job's `train` with `seed: N`, the budget split evenly), each provisioned
+and supervised on its own; when the last run's adapter is pulled, `evaluate_job` builds the
+trial and judges it.
 
 Paths are relative to the job file. The trainer validates job.json fully on the host; here the
 fields, their types and the shipped files are checked before anything is enqueued or spent.
@@ -54,7 +65,10 @@ from app.errors import UserError
 from app.policy.ranking import JobShape, Requirements
 
 __all__ = [
+    "DEFAULT_GATE_SEEDS",
     "JOB_PHASES",
+    "JobEvaluation",
+    "JobEvaluationRow",
     "JobFileError",
     "JobRecord",
     "JobRow",
@@ -63,6 +77,7 @@ __all__ = [
     "Needs",
     "load_job_file",
     "parse_job_text",
+    "seed_run_id",
     "spec_from_dict",
 ]
 
@@ -82,6 +97,19 @@ _TRAIN_INTS = ("max_steps", "checkpoint_every", "seed", "batch_size", "max_seq_l
 _TRAIN_CHOICES = {"task": ("causal_lm", "classification"), "lr_schedule": ("constant", "linear", "cosine"),
                   "quantization": ("nf4", "none")}
 _TRAIN_PATHS = ("base_model", "train_file", "eval_file")
+_GATE = ("config", "eval", "baseline", "incumbent", "seeds", "timeout_s")
+# gate.json's keys (gate/trial.py is the authority; checked here so a typo fails at submit)
+_GATE_CONFIG = ("metric", "min_margin", "ood", "critical_labels", "max_missed", "model", "task", "baseline_name")
+_METRICS = ("accuracy", "macro_f1")
+DEFAULT_GATE_SEEDS = (1, 2)
+DEFAULT_GATE_TIMEOUT_S = 400.0
+# the evaluate queue's soft limit is 1800 s: every predictor's timeout together must fit under it
+MAX_GATE_TIMEOUT_S = 1700.0
+
+
+def seed_run_id(job_id: str, seed: int) -> str:
+    """The id of a gated job's training run for `seed`."""
+    return f"{job_id}-seed-{seed}"
 
 
 class JobFileError(UserError):
@@ -124,10 +152,25 @@ class JobSpec:
     train: Mapping[str, Any]
     needs: Needs
     budget_usd: float | None = None
-    gate: Mapping[str, Any] | str | None = None
+    gate: Mapping[str, Any] | None = None  # normalised: config, eval, baseline, incumbent, seeds, timeout_s
     base_dir: str = "."
     source: str = "<job>"
     ship: tuple[str, ...] = field(default=())  # absolute paths to push to the host
+    parent: str | None = None  # a gated job's training run: the job it trains a seed for
+
+    @property
+    def seeds(self) -> tuple[int, ...]:
+        """The training seeds of a gated job (empty without a gate)."""
+        if self.gate is None:
+            return ()
+        return tuple(int(s) for s in self.gate.get("seeds", DEFAULT_GATE_SEEDS))
+
+    def seed_run(self, seed: int, *, parent: str) -> JobSpec:
+        """This job's training run for `seed`: the same training with that seed, no gate, its share of the budget."""
+        n = max(1, len(self.seeds))
+        return JobSpec(name=f"{self.name}-seed-{seed}", train={**self.train, "seed": seed}, needs=self.needs,
+                       budget_usd=None if self.budget_usd is None else self.budget_usd / n, gate=None,
+                       base_dir=self.base_dir, source=self.source, ship=self.ship, parent=parent)
 
     def shape(self) -> JobShape:
         """What one attempt at this job pulls, trains and stores (for ranking and reservations)."""
@@ -146,10 +189,11 @@ class JobSpec:
                 "download_gb": self.needs.download_gb, "train_hours": self.needs.train_hours,
             },
             "budget_usd": self.budget_usd,
-            "gate": self.gate if not isinstance(self.gate, Mapping) else dict(self.gate),
+            "gate": None if self.gate is None else dict(self.gate),
             "base_dir": self.base_dir,
             "source": self.source,
             "ship": list(self.ship),
+            "parent": self.parent,
         }
 
 
@@ -307,26 +351,133 @@ def parse_job_text(text: str, *, source: str = "<job>", base_dir: str | Path = "
     budget = None
     if top.get("budget_usd") is not None:
         budget = c.number(top["budget_usd"], "budget_usd", minimum=0)
-    gate = top.get("gate")
-    if gate is not None:
-        if isinstance(gate, str):
-            gp = Path(gate) if Path(gate).is_absolute() else base / gate
-            if check_files and not gp.is_file():
-                raise c.fail("gate", f"{gp} does not exist", "point it at a gate.json file, or write the gate inline")
-            gate = str(gp.resolve()) if check_files else str(gp)
-        elif not isinstance(gate, dict):
-            raise c.fail("gate", f"must be a path or a mapping, got {_kind(gate)}", "write gate: gate.json")
+    gate = None
+    if top.get("gate") is not None:
+        gate = _gate_section(c, top["gate"], base, check_files=check_files)
 
     return JobSpec(name=name, train=train, needs=Needs(**needs_kw), budget_usd=budget, gate=gate,
                    base_dir=str(base.resolve()), source=source, ship=tuple(ship))
+
+
+def _path(c: _Check, value: Any, path: str, base: Path, *, check_files: bool, what: str) -> str:
+    rel = c.string(value, path)
+    p = Path(rel) if Path(rel).is_absolute() else base / rel
+    if check_files and not p.exists():
+        raise c.fail(path, f"{p} does not exist", f"point it at {what} (paths are relative to the job file)")
+    return str(p.resolve()) if check_files else str(p)
+
+
+def _predictor(c: _Check, value: Any, path: str, base: Path, *, check_files: bool) -> str:
+    text = c.string(value, path)
+    kind, sep, rest = text.partition(":")
+    if not sep or kind not in ("predictions", "command", "adapter") or not rest.strip():
+        raise c.fail(path, f"{text!r} is not a predictor", "write predictions:FILE or command:CMD (incumbent: also adapter:DIR)")
+    if kind == "adapter" and path == "gate.baseline":
+        raise c.fail(path, "the baseline is not an adapter", "write predictions:FILE or command:CMD")
+    if kind == "command":
+        return text
+    return f"{kind}:{_path(c, rest, path, base, check_files=check_files, what='a file or directory')}"
+
+
+def _check_eval_rows(c: _Check, file: Path, path: str) -> None:
+    """Eval rows: {"id", "slice", "expected", "text" | "prompt"}; the first bad line is named."""
+    try:
+        text = file.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise c.fail(path, f"{file} cannot be read ({exc})", "point it at a UTF-8 JSONL file") from None
+    rows = 0
+    for lineno, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except ValueError:
+            raise c.fail(path, f"{file} line {lineno}: not JSON", "one JSON object per line") from None
+        ok = isinstance(row, dict) and all(isinstance(row.get(k), str) and row[k] for k in ("id", "slice", "expected"))
+        ok = ok and sum(isinstance(row.get(k), str) for k in ("text", "prompt")) == 1
+        if not ok:
+            raise c.fail(path, f"{file} line {lineno}: a row needs id, slice, expected and one of text or prompt",
+                         'write {"id": "h1", "slice": "heldout", "prompt": "...", "expected": "..."}')
+        sl = row["slice"]
+        if sl not in ("heldout", "canary") and not (sl.startswith("ood:") and len(sl) > 4):
+            raise c.fail(path, f"{file} line {lineno}: unknown slice {sl!r}", 'use "heldout", "canary" or "ood:<name>"')
+        rows += 1
+    if rows == 0:
+        raise c.fail(path, f"{file} holds no rows", "add held-out rows to evaluate on")
+
+
+def _gate_section(c: _Check, raw: Any, base: Path, *, check_files: bool) -> dict[str, Any]:
+    """The job's gate, normalised: paths absolute, seeds a list, the defaults filled in."""
+    if not isinstance(raw, dict):
+        raise c.fail("gate", f"must be a mapping, got {_kind(raw)}",
+                     "write gate: {config: gate.json, eval: eval.jsonl, baseline: predictions:FILE}")
+    g = c.mapping(raw, "gate", _GATE)
+    for key in ("config", "eval", "baseline"):
+        if key not in g:
+            raise c.fail("gate", f"`{key}` is missing", f"add gate.{key} (docs/gate.md: From job to gate)")
+    out: dict[str, Any] = {}
+    cfg = g["config"]
+    if isinstance(cfg, dict):
+        c.mapping(cfg, "gate.config", _GATE_CONFIG)
+        if "metric" not in cfg:
+            raise c.fail("gate.config", "`metric` is missing", f"add gate.config.metric: one of {', '.join(_METRICS)}")
+        out["config"] = dict(cfg)
+    else:
+        cfg_path = _path(c, cfg, "gate.config", base, check_files=check_files, what="a gate.json file")
+        if check_files:
+            try:
+                loaded = json.loads(Path(cfg_path).read_text(encoding="utf-8"))
+            except (OSError, ValueError) as exc:
+                raise c.fail("gate.config", f"{cfg_path} is not readable JSON ({exc})", "fix gate.json") from None
+            if not isinstance(loaded, dict):
+                raise c.fail("gate.config", f"{cfg_path} is not a JSON object", "write gate.json as {\"metric\": ...}")
+            cfg = loaded
+            unknown = sorted(set(cfg) - set(_GATE_CONFIG))
+            if unknown:
+                raise c.fail("gate.config", f"{cfg_path}: unknown key(s) {', '.join(unknown)}",
+                             f"use {', '.join(_GATE_CONFIG)}")
+        out["config"] = cfg_path
+    if isinstance(cfg, dict) and cfg.get("metric") not in _METRICS:
+        raise c.fail("gate.config" + (".metric" if isinstance(g["config"], dict) else ""),
+                     f"metric {cfg.get('metric')!r} is not one of {', '.join(_METRICS)}", f"use {' or '.join(_METRICS)}")
+    evals = g["eval"] if isinstance(g["eval"], list) else [g["eval"]]
+    if not evals:
+        raise c.fail("gate.eval", "no eval file", "name at least one JSONL eval file")
+    out["eval"] = []
+    for i, e in enumerate(evals):
+        where = f"gate.eval[{i}]" if isinstance(g["eval"], list) and f"gate.eval[{i}]" in c.lines else "gate.eval"
+        p = _path(c, e, where, base, check_files=check_files, what="a JSONL eval file")
+        if check_files:
+            _check_eval_rows(c, Path(p), where)
+        out["eval"].append(p)
+    out["baseline"] = _predictor(c, g["baseline"], "gate.baseline", base, check_files=check_files)
+    if g.get("incumbent") is not None:
+        out["incumbent"] = _predictor(c, g["incumbent"], "gate.incumbent", base, check_files=check_files)
+    seeds = g.get("seeds", list(DEFAULT_GATE_SEEDS))
+    if not isinstance(seeds, list):
+        raise c.fail("gate.seeds", f"must be a list of whole numbers, got {_kind(seeds)}", "write seeds: [1, 2]")
+    for i, s in enumerate(seeds):
+        c.number(s, f"gate.seeds[{i}]" if f"gate.seeds[{i}]" in c.lines else "gate.seeds", minimum=0, integer=True)
+    if len(seeds) < 2:
+        raise c.fail("gate.seeds", f"{len(seeds)} seed(s); the gate judges the worst of at least two",
+                     "give two or more seeds, e.g. [1, 2]")
+    if len(set(seeds)) != len(seeds):
+        raise c.fail("gate.seeds", f"{seeds} repeats a seed", "give distinct seeds")
+    out["seeds"] = [int(s) for s in seeds]
+    out["timeout_s"] = DEFAULT_GATE_TIMEOUT_S
+    if "timeout_s" in g:
+        out["timeout_s"] = c.number(g["timeout_s"], "gate.timeout_s", minimum=1, maximum=MAX_GATE_TIMEOUT_S)
+    return out
 
 
 def spec_from_dict(d: Mapping[str, Any]) -> JobSpec:
     """The JobSpec `JobSpec.to_dict` stored (already validated at submit)."""
     n = dict(d["needs"])
     needs = Needs(**{**n, "gpu": tuple(n.get("gpu", ())), "providers": tuple(n.get("providers", ()))})
-    return JobSpec(name=d["name"], train=d["train"], needs=needs, budget_usd=d.get("budget_usd"), gate=d.get("gate"),
-                   base_dir=d.get("base_dir", "."), source=d.get("source", "<job>"), ship=tuple(d.get("ship", ())))
+    gate = d.get("gate")
+    return JobSpec(name=d["name"], train=d["train"], needs=needs, budget_usd=d.get("budget_usd"),
+                   gate=gate if isinstance(gate, Mapping) else None, base_dir=d.get("base_dir", "."),
+                   source=d.get("source", "<job>"), ship=tuple(d.get("ship", ())), parent=d.get("parent"))
 
 
 def load_job_file(path: str | Path) -> JobSpec:
@@ -404,3 +555,93 @@ class JobStore:
         with write_transaction(self._engine, lock="tuneharness.jobs") as conn:
             conn.execute(_T.update().where(_T.c.job_id == job_id).values(
                 phase=phase, detail=detail, updated_at=time.time() if now is None else now))
+
+    # -- gated jobs: one training run per seed, then the evaluation ----------------------------
+    def runs(self, job_id: str) -> dict[int, JobRecord | None]:
+        """A gated job's training runs by seed (None: not recorded); empty for a job without a gate."""
+        rec = self.get(job_id)
+        if rec is None:
+            return {}
+        return {seed: self.get(seed_run_id(job_id, seed)) for seed in spec_from_dict(rec.spec).seeds}
+
+    def parent_of(self, job_id: str) -> str | None:
+        """The gated job a training run belongs to (None: not a seed run)."""
+        rec = self.get(job_id)
+        parent = None if rec is None else rec.spec.get("parent")
+        return str(parent) if parent else None
+
+    def run_finished(self, run_id: str, *, detail: str) -> str | None:
+        """A training run's adapter is pulled: the run is `done`. Return its gated job when every
+        run of that job is done (the job is then `evaluating`); None otherwise.
+
+        Two runs finishing at once both see the other's `done` at worst (each writes before it
+        reads), so the job is handed to evaluation at least once; evaluation is idempotent.
+        """
+        self.set_phase(run_id, "done", detail=detail)
+        parent = self.parent_of(run_id)
+        if parent is None:
+            return None
+        runs = self.runs(parent)
+        if not runs or any(r is None or r.phase != "done" for r in runs.values()):
+            return None
+        job = self.get(parent)
+        if job is not None and job.phase not in ("evaluating", "done", "failed", "cancelled"):
+            self.set_phase(parent, "evaluating",
+                           detail=f"{len(runs)} seed adapters pulled: " + ", ".join(str(s) for s in runs))
+        return parent
+
+    def run_failed(self, run_id: str, *, detail: str) -> None:
+        """A training run failed: its gated job fails too (the gate needs every seed)."""
+        parent = self.parent_of(run_id)
+        job = None if parent is None else self.get(parent)
+        if parent is not None and job is not None and job.phase not in ("done", "failed", "cancelled"):
+            self.set_phase(parent, "failed", detail=f"seed run {run_id} failed: {detail}")
+
+    def record_evaluation(self, ev: JobEvaluation) -> None:
+        """Write down a job's trial and decision (once per job; a re-run of the same trial rewrites it)."""
+        values = {"trial_path": ev.trial_path, "trial_hash": ev.trial_hash, "decision": ev.decision,
+                  "reasons_json": json.dumps(list(ev.reasons)), "at": ev.at}
+        with write_transaction(self._engine, lock="tuneharness.jobs") as conn:
+            exists = conn.execute(select(_E.c.job_id).where(_E.c.job_id == ev.job_id)).first()
+            if exists is None:
+                conn.execute(_E.insert().values(job_id=ev.job_id, **values))
+            else:
+                conn.execute(_E.update().where(_E.c.job_id == ev.job_id).values(**values))
+
+    def evaluation(self, job_id: str) -> JobEvaluation | None:
+        with read_connection(self._engine) as conn:
+            row = conn.execute(select(_E).where(_E.c.job_id == job_id)).first()
+        if row is None:
+            return None
+        return JobEvaluation(row.job_id, row.trial_path, row.trial_hash, row.decision,
+                             tuple(json.loads(row.reasons_json)), float(row.at))
+
+
+class JobEvaluationRow(SQLModel, table=True):
+    """A gated job's trial directory and the gate's decision on it."""
+
+    __tablename__ = "job_evaluations"
+
+    job_id: str = Field(primary_key=True)
+    trial_path: str
+    trial_hash: str
+    decision: str
+    reasons_json: str = "[]"
+    at: float
+
+
+_E = JobEvaluationRow.__table__  # type: ignore[attr-defined]
+
+
+@dataclass(frozen=True, slots=True)
+class JobEvaluation:
+    job_id: str
+    trial_path: str
+    trial_hash: str
+    decision: str  # promote | refuse
+    reasons: tuple[str, ...]
+    at: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"job_id": self.job_id, "trial_path": self.trial_path, "trial_hash": self.trial_hash,
+                "decision": self.decision, "reasons": list(self.reasons), "at": self.at}

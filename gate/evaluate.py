@@ -146,10 +146,12 @@ def read_predictions(text: str, *, source: str) -> dict[str, str]:
     return out
 
 
-def _run(argv: list[str], *, what: str, stdin: str | None, timeout_s: float, env: Mapping[str, str]) -> str:
+def _run(
+    argv: list[str], *, what: str, stdin: str | None, timeout_s: float, env: Mapping[str, str], cwd: Path | None = None
+) -> str:
     try:
         done = subprocess.run(
-            argv, input=stdin, capture_output=True, text=True, timeout=timeout_s, env=dict(env), check=False
+            argv, input=stdin, capture_output=True, text=True, timeout=timeout_s, env=dict(env), check=False, cwd=cwd
         )
     except FileNotFoundError:
         raise EvalError(f"{what}: program {argv[0]!r} not found. Fix: check the command") from None
@@ -169,8 +171,9 @@ def predict(
     base_model: Path | None,
     python: str = sys.executable,
     timeout_s: float = 3600.0,
+    cwd: Path | None = None,
 ) -> dict[str, str]:
-    """Run one predictor over the eval rows; return {id: predicted}."""
+    """Run one predictor over the eval rows; return {id: predicted}. `cwd`: where a command runs."""
     if spec.kind == "predictions":
         path = Path(spec.value)
         try:
@@ -185,7 +188,7 @@ def predict(
         argv = shlex.split(spec.value)
         if not argv:
             raise EvalError(f"{what}: empty command")
-        out = _run(argv, what=what, stdin=payload, timeout_s=timeout_s, env=env)
+        out = _run(argv, what=what, stdin=payload, timeout_s=timeout_s, env=env, cwd=cwd)
         return read_predictions(out, source=f"{what} stdout")
 
     # adapter: the trainer's own model-loading code, as a program.
@@ -264,6 +267,7 @@ def build_trial(
     timeout_s: float = 3600.0,
     python: str = sys.executable,
     progress: Callable[[str], None] = lambda _msg: None,
+    cwd: Path | None = None,
 ) -> Path:
     """Parse predictor specs (`SEED=kind:value` for candidates), predict, write the trial."""
     parse_gate_config(config_path, default_model=Path(out).name)
@@ -282,7 +286,7 @@ def build_trial(
 
     def run_one(what: str, spec: PredictorSpec) -> dict[str, str]:
         progress(f"evaluating {what}: {spec.describe()}")
-        return predict(spec, rows, what=what, base_model=base_model, python=python, timeout_s=timeout_s)
+        return predict(spec, rows, what=what, base_model=base_model, python=python, timeout_s=timeout_s, cwd=cwd)
 
     baseline_preds = run_one("baseline", base_spec)
     incumbent_preds = run_one("incumbent", inc_spec) if inc_spec is not None else None

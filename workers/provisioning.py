@@ -40,6 +40,7 @@ def _schedule(step: Step) -> dict[str, Any]:
         app.send_task("tuneharness.monitor.monitor_training", args=[step.job_id, seq], queue="monitor")
     elif step.phase == "failed":
         bootstrap.jobs().set_phase(step.job_id, "failed", detail=step.failure or "")
+        bootstrap.jobs().run_failed(step.job_id, detail=step.failure or "provisioning failed")
     return {"job": step.job_id, "phase": step.phase, "wake_at": step.wake_at, "preflight": step.preflight_instance,
             "handed_over": step.handed_over}
 

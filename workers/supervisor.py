@@ -36,6 +36,10 @@ def _schedule(step: MonitorStep, clock: Any) -> dict[str, Any]:
         from workers.provisioning import watch_boot
 
         watch_boot.apply_async(args=[step.job_id], countdown=countdown)
+    elif step.next == "evaluate" and step.evaluate is not None:
+        from workers.evaluate import evaluate_job
+
+        evaluate_job.apply_async(args=[step.evaluate])
     return {"job": step.job_id, "next": step.next, "countdown_s": countdown, "detail": step.detail}
 
 

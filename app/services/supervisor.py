@@ -11,7 +11,8 @@
    process lives, the last slice's exit code and the tail of train.log; pulls every new complete
    checkpoint into the ArtifactStore;
 4. judges the probe (`app.policy.supervision.assess`) and acts: next slice on the same host;
-   a finished job's adapter pulled, verified, the host stopped, the job handed to evaluation; a
+   a finished job's adapter pulled, verified, the host stopped, the job done (a gated job's seed
+   run: when it is the last of its job's runs, the job is handed to `evaluate_job`); a
    dead trainer triaged (same host, replace the host, or stop the job and tell the operator);
    a lost host or a hang fed to `decide` as a `TrainerStatus`, which stops the host (never
    destroys it), records the failure against the machine and re-queues the job: provisioning
@@ -142,10 +143,11 @@ class MonitorStep:
     """What the Celery shell does next."""
 
     job_id: str
-    next: Literal["monitor", "provision", "none"]
+    next: Literal["monitor", "provision", "evaluate", "none"]
     wake_at: float | None = None
     seq: int | None = None
     detail: str = ""
+    evaluate: str | None = None  # next == "evaluate": the gated job whose seed adapters are all pulled
 
 
 @dataclass(frozen=True, slots=True)
@@ -626,8 +628,12 @@ class SupervisorService:
                                                         checkpoint_work_s=float(w.step),
                                                         heartbeat_at=w.last_heartbeat_at))
         w.finished = True
-        self.jobs.set_phase(job_id, "evaluating", detail=f"adapter at jobs/{job_id}/adapter ({w.step} steps)")
-        return MonitorStep(job_id, "none", detail="finished: handed to evaluation")
+        # A job without a gate is done; a seed run of a gated job is done, and the last one to
+        # finish hands the job to evaluation.
+        gated = self.jobs.run_finished(job_id, detail=f"adapter at jobs/{job_id}/adapter ({w.step} steps)")
+        if gated is not None:
+            return MonitorStep(job_id, "evaluate", evaluate=gated, detail=f"finished: {gated} handed to evaluation")
+        return MonitorStep(job_id, "none", detail="finished: adapter pulled")
 
     def _dead(self, job_id: str, w: Watch, market: Market, inst: Instance, parsed: Mapping[str, Any],
               why: str) -> MonitorStep:
@@ -652,6 +658,7 @@ class SupervisorService:
                                            evidence=f"{why}; triage: {answer.action}")
         w.failure = f"{answer.state}: {answer.action}"
         self.jobs.set_phase(job_id, "failed", detail=f"trainer died: {answer.state}; {answer.action}")
+        self.jobs.run_failed(job_id, detail=f"trainer died: {answer.state}")
         return MonitorStep(job_id, "none", detail="job stopped; operator told")
 
 

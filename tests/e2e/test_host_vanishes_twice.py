@@ -167,7 +167,7 @@ def test_a_job_survives_its_host_vanishing_twice_and_ends_bit_identical(th_env: 
 
                 t = JobRow.__table__  # type: ignore[attr-defined]
                 phase = conn.execute(select(t.c.phase).where(t.c.job_id == job_id)).scalar_one()
-            return phase in ("evaluating", "failed")
+            return phase in ("evaluating", "done", "failed")
 
         assert wait_until(done, timeout_s=150, interval_s=0.5), log_tail()
         assert events("adapter_pulled"), log_tail()

@@ -350,7 +350,7 @@ def test_a_dead_trainer_is_triaged_and_routed(tmp_path: Path, answer: TriageAnsw
 
 
 def test_a_finished_job_pulls_and_verifies_the_adapter_and_stops_the_host(tmp_path: Path) -> None:
-    """Exit 0: the adapter is pulled and verified, the host stopped (never destroyed), the job handed to evaluation."""
+    """Exit 0: the adapter is pulled and verified, the host stopped (never destroyed), the job done."""
     h = Harness(tmp_path)
     inst, seq = h.start()
     seq, _, _ = h.poll(seq)
