@@ -251,7 +251,7 @@ def recovery(seed: int = 7007) -> dict[str, Any]:
                     seed=seed, duds=duds, goods=goods, workload=workload)
 
 
-def hangs(seed: int = 5005) -> dict[str, Any]:
+def hangs(seed: int = 2) -> dict[str, Any]:
     """30 hosts: 10 duds of the marketplace's kinds, 12 healthy, 8 whose trainer hangs mid-run."""
     duds = ["freeze"] * 3 + ["fatal"] * 3 + ["stale_driver"] * 2 + ["vram_short", "throttled"]
     goods = ["ok"] * 12 + ["hangs_mid_run"] * 8

@@ -47,22 +47,18 @@ def test_receipt_has_exactly_the_documented_fields() -> None:
 
 @pytest.mark.parametrize(("gen", "seed"), [(g, s) for g in (marketplace, adversarial) for s in range(1, 9)])
 def test_generated_traces_meet_the_per_trace_targets(gen: object, seed: int) -> None:
-    """On traces shaped like the shipped ones but not in the repository, the per-trace targets hold."""
+    """On traces shaped like the shipped ones but not in the repository, every target holds, the
+    25%-of-naive one included (the 104-trace sweep in docs/campaign.md names the 2 seeds where it does not)."""
     trace = parse_trace(gen(seed))  # type: ignore[operator]
-    check_guarded(three(trace), trace)
+    r = three(trace)
+    check_guarded(r, trace)
+    assert float(r["guarded"]["dead_host_cost_usd"]) <= 0.25 * float(r["naive"]["dead_host_cost_usd"])  # type: ignore[arg-type]
 
 
-def test_generated_traces_beat_naive_fourfold_in_aggregate() -> None:
-    """Summed over 16 generated traces, guarded loses at most 25% of what naive loses to dead hosts.
-
-    (Per trace it fails on a few seeds where the naive renter's cheapest picks happen to be
-    healthy; the unavoidable part, traffic billed for a full pull before a stale driver can be
-    seen, is then most of both bills. See docs/campaign.md.)
-    """
-    guarded = naive = 0.0
-    for gen in (marketplace, adversarial):
-        for seed in range(1, 9):
-            r = three(parse_trace(gen(seed)))
-            guarded += float(r["guarded"]["dead_host_cost_usd"])  # type: ignore[arg-type]
-            naive += float(r["naive"]["dead_host_cost_usd"])  # type: ignore[arg-type]
-    assert guarded <= 0.25 * naive
+@pytest.mark.parametrize("name", ["recovery", "hangs"])
+def test_mid_run_failure_traces_meet_the_provisioning_targets_too(name: str) -> None:
+    """The traces with hosts lost or hung during training keep the dead-host targets as well."""
+    trace = load_trace(name)
+    r = three(trace)
+    check_guarded(r, trace)
+    assert float(r["guarded"]["dead_host_cost_usd"]) <= 0.25 * float(r["naive"]["dead_host_cost_usd"])  # type: ignore[arg-type]

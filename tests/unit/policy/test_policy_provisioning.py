@@ -6,6 +6,7 @@ from app.market import Instance, Offer
 from app.policy.preflight import PreflightReport
 from app.policy.provisioning import (
     Adopt,
+    BudgetCapReached,
     Create,
     CreateResult,
     Destroy,
@@ -25,8 +26,10 @@ from app.policy.provisioning import (
     Tick,
     TrainerStatus,
     WakeAt,
+    WantStandby,
     decide,
     guarded_config,
+    hand_over,
     naive_config,
     new_job,
 )
@@ -219,3 +222,81 @@ def test_budget_refusal_waits_then_gives_up() -> None:
     j, acts = decide(j, CreateResult(offer("a"), None, "budget: cap reached"), CFG.max_offer_wait_s, cfg=CFG)
     assert j.phase == "failed" and isinstance(acts[0], GaveUp)
 
+
+
+GOOD_REPORT = {"cuda_initialised": True, "matmul_finite": True, "gpu_name": "RTX 3090", "vram_gb": 24,
+               "tflops_bf16": 71.0}
+
+
+def lost() -> JobState:
+    """A job whose host vanished mid-run, back in the queue."""
+    j, _ = decide(training(), TrainerStatus(inst("gone"), None, heartbeat_at=700.0), 710.0, cfg=CFG)
+    assert j.phase == "queued" and j.lost_at == 700.0
+    return j
+
+
+def test_a_standby_job_holds_its_verified_host_instead_of_training() -> None:
+    """A standby job rents and verifies like any other, then holds the host (marked standby) and trains nothing."""
+    j = new_job("standby-1", req=Requirements(), shape=SHAPE, standby=True)
+    j, acts = decide(j, Tick(MarketView(offers=[offer("a")])), 0.0, cfg=CFG)
+    create = acts[0]
+    assert isinstance(create, Create)
+    j, _ = decide(j, CreateResult(create.offer, "i-1"), 0.0, cfg=CFG)
+    j, _ = decide(j, Polled(inst("running", "running")), 300.0, cfg=CFG)
+    j, acts = decide(j, PreflightResult(PreflightReport.from_mapping(GOOD_REPORT)), 315.0, cfg=CFG)
+    holds = [a for a in acts if isinstance(a, Hold)]
+    assert j.phase == "done" and len(holds) == 1 and holds[0].host.standby
+    assert not any(isinstance(a, StartTraining) for a in acts)
+
+
+def test_standby_hosts_are_kept_for_recoveries() -> None:
+    """A fresh job does not take a standby host while offers remain; a recovering job adopts it at once."""
+    standby = HeldHost("i-9", "m-s", "sim", "RTX 3090", 24, 1, 0.3, 0.0, 10_000.0, standby=True)
+    view = MarketView(offers=[offer("a")], held=[standby])
+    _, acts = decide(job(), Tick(view), 10.0, cfg=CFG)
+    assert isinstance(acts[0], Create)
+    _, acts = decide(lost(), Tick(view), 710.0, cfg=CFG)
+    assert acts == [Adopt("job-1", standby)]
+
+
+def test_a_recovery_with_no_verified_host_hedges_with_parallel_standby_jobs() -> None:
+    """The first create of a recovery asks the driver for recovery_hedge - 1 standby jobs."""
+    _, acts = decide(lost(), Tick(MarketView(offers=[offer("b")])), 710.0, cfg=CFG)
+    want = [a for a in acts if isinstance(a, WantStandby)]
+    assert isinstance(acts[0], Create) and len(want) == 1 and want[0].count == CFG.recovery_hedge - 1
+
+
+def test_hand_over_gives_a_booting_replacement_to_a_standby_job() -> None:
+    """A recovering job whose replacement still boots hands that attempt to a standby job and re-queues."""
+    j, acts = decide(lost(), Tick(MarketView(offers=[offer("b")])), 710.0, cfg=CFG)
+    create = acts[0]
+    assert isinstance(create, Create)
+    j, _ = decide(j, CreateResult(create.offer, "i-2"), 710.0, cfg=CFG)
+    moved = hand_over(j, standby_id="standby-1")
+    assert moved is not None
+    back, standby = moved
+    assert back.phase == "queued" and back.attempt is None and back.lost_at == 700.0
+    assert standby.standby and standby.phase == "booting" and standby.attempt == j.attempt
+    assert hand_over(training(), standby_id="standby-2") is None
+
+
+def test_budget_cap_stops_a_training_host_and_destroys_a_booting_one() -> None:
+    """At the cap nothing is rented any more: a host that held work is stopped, one still booting is destroyed."""
+    j, acts = decide(training(), BudgetCapReached("campaign budget $1.00"), 400.0, cfg=CFG)
+    assert j.phase == "failed" and "budget cap" in (j.failure or "")
+    assert isinstance(acts[0], Stop) and isinstance(acts[-1], GaveUp)
+    j, acts = decide(booting(), BudgetCapReached("campaign budget $1.00"), 20.0, cfg=CFG)
+    assert isinstance(acts[0], Destroy) and j.phase == "failed"
+    j, acts = decide(job(), BudgetCapReached("campaign budget $1.00"), 0.0, cfg=CFG)
+    assert acts == [GaveUp("job-1", "budget cap reached: campaign budget $1.00")]
+
+
+def test_a_hung_trainer_with_an_idle_gpu_is_caught_in_a_minute() -> None:
+    """No progress and an idle GPU for idle_stall_s (60 s) is a hang."""
+    assert CFG.idle_stall_s == 60.0
+    j = training()
+    j, acts = decide(j, TrainerStatus(inst("running", util=95.0), "training", work_s=30.0), 345.0, cfg=CFG)
+    j, acts = decide(j, TrainerStatus(inst("running", util=0.0), "training", work_s=30.0), 375.0, cfg=CFG)
+    assert j.phase == "training"
+    j, acts = decide(j, TrainerStatus(inst("running", util=0.0), "training", work_s=30.0), 405.0, cfg=CFG)
+    assert j.phase == "queued" and j.lost_cause == "hang" and any(isinstance(a, Stop) for a in acts)

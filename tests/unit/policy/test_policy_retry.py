@@ -36,3 +36,13 @@ def test_pick_held_host_takes_the_cheapest_compatible_unexpired() -> None:
 def test_expired_holds_are_listed_for_stopping() -> None:
     """Holds past their time are returned so the driver stops them."""
     assert [h.instance_id for h in expired_holds([held("a", until=5.0), held("b")], now=10.0)] == ["a"]
+
+
+def test_standby_hosts_go_only_to_recovering_jobs() -> None:
+    """pick_held_host offers a standby host only to a job whose host was lost or hung."""
+    from app.policy.ranking import Requirements
+    from app.policy.retry import HeldHost, pick_held_host
+
+    standby = HeldHost("i-1", "m-1", "sim", "RTX 3090", 24, 1, 0.2, 0.0, 100.0, standby=True)
+    assert pick_held_host([standby], Requirements(), now=1.0) is None
+    assert pick_held_host([standby], Requirements(), now=1.0, recovering=True) == standby
