@@ -745,6 +745,90 @@ def _generate_wording(seed: int, per_state: int) -> Iterator[dict[str, Any]]:
             n += 1
 
 
+# ------------------------------------------------------------------ paraphrases (train) and fresh wording (held-out)
+# The specialist must learn failure SEMANTICS, not our templates: `_PARAPHRASE` rows (train only)
+# say each failure in many ways; `_FRESH` (held-out only, written before any rule or model saw
+# it) is another, disjoint set of wordings in other log layouts. No template appears in both.
+
+_PARAPHRASE: dict[str, tuple[str, ...]] = {
+    "oom": ("{p} out of GPU memory at step {n} (tried {g} GiB)", "{p} host RAM exhausted; the process was killed",
+            "{p} memory allocation of {g} GiB failed on GPU {d}", "{p} insufficient VRAM to hold the batch",
+            "{p} the kernel OOM killer stopped the trainer (rss {g} GiB)", "{p} GPU {d} has no free memory left"),
+    "diverged": ("{p} loss is NaN since step {n}", "{p} training loss exploded to {big:.1e}",
+                 "{p} gradients overflowed to inf at step {n}", "{p} NaN found in model parameters after step {n}",
+                 "{p} the loss went to infinity; run diverged", "{p} grad norm is nan, cannot continue"),
+    "cuda_fault": ("{p} GPU {d} fell off the bus", "{p} CUDA device {d} is not available anymore",
+                   "{p} unrecoverable GPU hardware error on device {d}", "{p} the NVIDIA driver is not responding",
+                   "{p} device-level fault: GPU {d} reset itself", "{p} ECC errors reported on GPU {d}, aborting"),
+    "data_error": ("{p} record {n} has an invalid schema", "{p} could not decode line {n} of the dataset",
+                   "{p} missing field 'text' in example {n}", "{p} the chat template is malformed",
+                   "{p} dataset contains zero usable samples", "{p} config value batch_size must be an integer"),
+    "io_error": ("{p} disk full while writing checkpoint-{n}", "{p} checkpoint upload failed: connection refused",
+                 "{p} model download interrupted (HTTP 502)", "{p} read-only filesystem, cannot save adapter",
+                 "{p} network unreachable while fetching the tokenizer", "{p} write error on /workspace: no space"),
+    "stalled": ("{p} collective op timed out on rank {d}", "{p} rank {d} never reached the barrier; timeout",
+                "{p} training made no progress for {m} minutes", "{p} the job is hung waiting for peers",
+                "{p} NCCL all-reduce stuck for {s}s", "{p} heartbeat from rank {d} missing; giving up"),
+    "completed": ("{p} training done: {N} steps", "{p} fine-tune completed successfully",
+                  "{p} saved final adapter, run complete", "{p} finished all epochs; exiting normally"),
+    "progressing": ("{p} step {n} loss {l:.3f}",),
+}
+_PARAPHRASE_PREFIX = ("ERROR:", "[fatal]", "!!", "E", "FAIL:", "error |", "[job]", "abort:")
+
+_FRESH: dict[str, tuple[str, ...]] = {
+    "oom": ('{{"level": "error", "msg": "gpu ran out of memory", "step": {n}}}',
+            "trainer| worker died: out-of-memory (oom_score_adj), rss={g}G",
+            "E {n} | cannot allocate {g} GiB on cuda:{d} (free {f} GiB)"),
+    "diverged": ('{{"level": "error", "msg": "loss is not finite", "step": {n}}}',
+                 "trainer| halting: gradient norm inf at update {n}",
+                 "E {n} | loss diverged ({l:.2f} -> {big:.1e})"),
+    "cuda_fault": ('{{"level": "error", "msg": "cuda device lost", "device": {d}}}',
+                   "trainer| fatal: GPU {d} not detected after reset",
+                   "E {n} | uncorrectable ECC error on GPU {d}; replacing node"),
+    "data_error": ('{{"level": "error", "msg": "invalid training example", "line": {n}}}',
+                   "trainer| fatal: dataset field 'messages' missing in row {n}",
+                   "E {n} | template rendering failed: undefined variable 'user'"),
+    "io_error": ('{{"level": "error", "msg": "checkpoint write failed: disk full", "step": {n}}}',
+                 "trainer| fatal: upload to bucket timed out after 5 attempts",
+                 "E {n} | failed to fetch weights: connection reset by peer"),
+    "stalled": ('{{"level": "error", "msg": "allreduce timed out", "rank": {d}}}',
+                "trainer| fatal: no step finished in the last {m} minutes",
+                "E {n} | rank {d} did not answer the barrier; giving up"),
+    "completed": ('{{"level": "info", "msg": "training finished", "steps": {N}}}',
+                  "trainer| done: run completed, adapter saved",
+                  "I {N} | all {N} steps done; final adapter exported"),
+    "progressing": ('{{"level": "info", "msg": "step", "step": {n}, "loss": {l:.4f}}}',),
+}
+
+
+def _worded_tail(r: Rng, state: str, words: dict[str, tuple[str, ...]], *, prefix: tuple[str, ...] = ("",)
+                 ) -> tuple[str, float]:
+    total = r.choice((300, 1000, 4000))
+    lines = [r.choice(("starting run", "job start", "train begin")) + f" on {r.choice(_GPUS)}", *_warnings(r)[:2]]
+    for i in range(r.randint(2, 6)):
+        lines.append(words["progressing"][0].format(p=r.choice(("[train]", "INFO", "I", "step")), n=(i + 1) * 10,
+                                                    l=r.uniform(0.5, 3)))
+    if state != "progressing":
+        lines.append(r.choice(words[state]).format(
+            p=r.choice(prefix), n=r.randint(10, 5000), N=total, l=r.uniform(0.5, 3), s=r.randint(300, 9000),
+            g=round(r.uniform(0.5, 9), 2), f=round(r.uniform(0, 0.5), 2), d=r.randint(0, 7),
+            big=r.uniform(1e6, 1e12), m=r.randint(30, 120)))
+    idle = r.uniform(0, 240) if state in ("progressing", "stalled") else r.uniform(0, 3000)
+    return "\n".join(lines) + "\n", round(idle, 1)
+
+
+def _generate_worded(seed: int, per_state: int, words: dict[str, tuple[str, ...]], *, framework: str, split: str,
+                     prefix: tuple[str, ...] = ("",)) -> Iterator[dict[str, Any]]:
+    r = random.Random(seed)
+    n = 0
+    for state in STATES:
+        for _ in range(per_state):
+            log, idle = _worded_tail(r, state, words, prefix=prefix)
+            yield {"id": f"{split}-{framework}-{n:04d}", "log": log, "idle_seconds": idle, "state": state,
+                   "framework": framework, "split": split}
+            n += 1
+
+
 def _generate(seed: int, frameworks: tuple[str, ...], per_cell: int, split: str) -> Iterator[dict[str, Any]]:
     r = random.Random(seed)
     n = 0
@@ -774,8 +858,11 @@ def build(seed: int = 8, *, per_cell_train: int = 18, per_cell_eval: int = 5, pe
           ) -> dict[str, list[dict[str, Any]]]:
     """All splits; the same seed always yields the same rows."""
     return {
-        "train": list(_generate(seed, FRAMEWORKS_TRAIN, per_cell_train, "train")),
-        "eval": list(_generate(seed + 1000, FRAMEWORKS_TRAIN, per_cell_eval, "eval")),
+        "train": [*_generate(seed, FRAMEWORKS_TRAIN, per_cell_train, "train"),
+                  *_generate_worded(seed + 5000, per_cell_train * 2, _PARAPHRASE, framework="paraphrase",
+                                    split="train", prefix=_PARAPHRASE_PREFIX)],
+        "eval": [*_generate(seed + 1000, FRAMEWORKS_TRAIN, per_cell_eval, "eval"),
+                 *_generate_worded(seed + 6000, per_cell_eval * 2, _FRESH, framework="fresh", split="eval")],
         "ood": [*_generate(seed + 2000, FRAMEWORKS_OOD, per_cell_ood, "ood"),
                 *_generate_custom(seed + 3000, max(1, per_cell_ood // 2)),
                 *_generate_wording(seed + 4000, max(1, per_cell_ood // 2))],

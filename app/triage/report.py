@@ -3,8 +3,9 @@
     .venv/bin/python -m app.triage.report            # rewrites docs/triage.md
     .venv/bin/python -m app.triage.report --check    # exit 1 if docs/triage.md is stale
 
-The rules-only chain is run on the committed corpus (eval = held-out formats seen in training,
-OOD = Megatron and Lightning formats never in train, hand-written excerpts). When the shipped
+The rules-only chain is run on the committed corpus (eval = held-out: generated formats seen in
+training plus a fresh wording set; OOD = Megatron and Lightning formats and two wording sets never
+in train; hand-written excerpts). When the shipped
 specialist's gate trial exists (`app/triage/log_doctor/trial`), the rules -> specialist chain's
 predictions are read from its candidate files (the worst seed) and reported beside it.
 """
@@ -85,25 +86,38 @@ def _trial_pairs() -> dict[str, dict[str, list[tuple[str, str]]]] | None:
         by: dict[str, list[tuple[str, str]]] = {}
         for line in path.read_text(encoding="utf-8").splitlines():
             row = json.loads(line)
-            key = row["slice"]
-            if key.startswith("ood:"):
-                key = "ood:custom" if key == "ood:custom" else "ood:formats"
+            key = "ood" if row["slice"].startswith("ood:") else row["slice"]
             by.setdefault(key, []).append((row["expected"], row["predicted"]))
         out[seed] = by
     return out
 
 
+def _accuracy(pairs: Sequence[tuple[str, str]]) -> str:
+    return f"{sum(1 for e, p in pairs if e == p) / max(len(pairs), 1):.4f}"
+
+
 def render() -> str:
     ood = _load("ood")
-    splits = {"eval (held-out, formats seen in train)": _load("eval"),
-              "OOD formats (Megatron-LM and PyTorch Lightning, never in train)": [r for r in ood if r["framework"] != "custom"],
-              "OOD words (custom scripts' own failure messages, advisory)": [r for r in ood if r["framework"] == "custom"],
-              "hand-written excerpts (how real failures print)": _load("handwritten")}
-    parts = [_MARK, "", "## Measured: rules stage (no model, no LLM)", ""]
+    evalrows = _load("eval")
+    splits = {
+        "eval (held-out): generated formats seen in train": [r for r in evalrows if r["framework"] != "fresh"],
+        "eval (held-out): fresh wording (JSON logs, terse loggers; never in train, never tuned on)":
+            [r for r in evalrows if r["framework"] == "fresh"],
+        "OOD, all slices together (formats and wording never in train)": ood,
+        "OOD formats (Megatron-LM and PyTorch Lightning)": [r for r in ood if r["framework"] in ("megatron", "lightning")],
+        "OOD wording: custom scripts' own failure messages": [r for r in ood if r["framework"] == "custom"],
+        "OOD wording: structured-logging messages": [r for r in ood if r["framework"] == "wording"],
+        "hand-written excerpts (how real failures print; the gate's canaries)": _load("handwritten"),
+    }
+    parts = [_MARK, "", "## Measured: rules stage (no model, no LLM)", "",
+             "| slice | tails | accuracy | rules unsure |", "|---|---:|---:|---:|"]
+    sections: list[str] = []
     for title, rows in splits.items():
         pairs, unsure = _rules_pairs(rows)
-        parts += [f"### {title}", "", f"rules unsure on {unsure} of {len(rows)} (their best guess is scored)", "",
-                  _table(pairs), ""]
+        parts.append(f"| {title} | {len(rows)} | {_accuracy(pairs)} | {unsure} |")
+        sections += [f"### {title}", "", f"rules unsure on {unsure} of {len(rows)} (their best guess is scored)", "",
+                     _table(pairs), ""]
+    parts += ["", *sections]
     trial = _trial_pairs()
     parts += ["## Measured: rules -> specialist chain (the shipped adapter's gate trial)", ""]
     if trial is None:
@@ -128,10 +142,9 @@ def render() -> str:
                     parts.append(f"| seed {seed}: {label} | " + " | ".join(f"{v[kind].get(k, 0):.4f}" for k in slices) + " |")
             parts.append("")
         for seed, by in trial.items():
-            for key, title in (("heldout", "eval"), ("ood:formats", "OOD formats"), ("ood:custom", "OOD words (advisory)"),
-                               ("canary", "hand-written")):
+            for key, title in (("heldout", "held-out"), ("ood", "OOD (all slices)"), ("canary", "hand-written canaries")):
                 if key in by:
-                    parts += [f"### seed {seed}: {title}", "", _table(by[key]), ""]
+                    parts += [f"### seed {seed}, rules -> specialist: {title}", "", _table(by[key]), ""]
     return "\n".join(parts).rstrip() + "\n"
 
 

@@ -478,9 +478,8 @@ _rule("abort", "cuda_fault", 35, ("aborted (core dumped)", "sigabrt", "terminate
 # (failure word) + (object) + (what happened to it) instead of an exact phrase. They only fire on
 # a line that says something failed (and not on warnings), rank above the generic fallbacks and
 # below every specific rule, and are still terminal (weight >= _FATAL_FLOOR).
-_FAIL_WORDS = ("fatal", "error", "critical", "failed", "failure", "abort", "gave up", "giving up",
-               "stopping", "halting", "cannot", "can't", "could not", "couldn't", "unable", "crash",
-               "terminated", "exiting", "killed")
+_FAIL_WORDS = ("fatal", "error", "critical", "fail", "abort", "gave up", "giving up", "stopping", "halting",
+               "cannot", "can't", "could", "unable", "crash", "terminated", "exiting", "killed")
 _FAILING_LINE = re.compile(
     r"\bfatal\b|\berror\b|\bcritical\b|\bfail(?:ed|ure|s)?\b|\babort|\bgave up\b|\bgiving up\b|\bstopping\b"
     r"|\bhalting\b|\bcannot\b|\bcan't\b|\bcould ?n[o']t\b|\bunable\b|\bcrash|\bterminated\b|\bexiting\b|\bkilled\b")

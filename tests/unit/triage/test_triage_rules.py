@@ -197,3 +197,52 @@ def test_the_docs_report_renders_per_state_tables_and_confusion_matrices() -> No
         assert f"| `{state}` |" in text
     stats = per_state([("oom", "oom"), ("oom", "stalled"), ("stalled", "stalled")])
     assert stats["oom"]["recall"] == 0.5 and stats["stalled"]["precision"] == 0.5
+
+
+def test_the_one_pass_prefilter_finds_exactly_what_a_full_search_finds() -> None:
+    """For every rule, the first match found via the candidate lines equals a brute-force search of the whole tail."""
+    rows = [*build(4, per_cell_train=1, per_cell_eval=0, per_cell_ood=1)["train"], *HANDWRITTEN]
+    for row in rows:
+        low = rules._lower_same_length(rules.normalise(row["log"]))
+        cands = rules._candidate_lines(low)
+        for idx, rule in enumerate(rules._RULES):
+            brute = next((m for m in rule.pattern.finditer(low) if rule.check is None or rule.check(m)), None)
+            fast = rules._first_match(rule, low, cands.get(idx, []))
+            assert (brute.start() if brute else None) == (fast.start() if fast else None), (rule.name, row["id"])
+
+
+@pytest.mark.parametrize(
+    ("line", "state"),
+    [
+        ("[job] FATAL: the accelerator on slot 2 stopped responding", "cuda_fault"),
+        ("ERROR run: not enough host memory to build the index", "oom"),
+        ("ERROR optimizer: parameters became infinite after update 812; halting", "diverged"),
+        ("ERROR io: could not write the adapter to /mnt/out: quota exceeded on volume", "io_error"),
+        ("ERROR dist: peers did not respond within 600s; giving up", "stalled"),
+        ("ERROR data: column 'answer' is missing in 14 rows", "data_error"),
+        ("INFO job finished successfully; all 3 epochs done", "completed"),
+    ],
+)
+def test_error_semantics_generalise_beyond_exact_phrases(line: str, state: str) -> None:
+    """A failure word plus what failed decides the state even in wording no rule names exactly."""
+    log = "step 10 loss=1.2\nstep 20 loss=1.1\n" + line + "\n"
+    assert classify(log, idle_seconds=30).state == state
+
+
+def test_warnings_and_error_metrics_on_a_healthy_log_stay_progressing() -> None:
+    """Warnings mentioning errors, and metrics named error_rate/failed_samples, do not make a running log a failure."""
+    log = ("UserWarning: failed to import flash_attn, falling back to sdpa (memory use may be higher)\n"
+           "step 100 | loss 1.742 | error_rate 0.31 | failed_samples_skipped 0\n"
+           "step 110 | loss 1.738 | error_rate 0.30 | failed_samples_skipped 0\n")
+    assert classify(log, idle_seconds=10).state == "progressing"
+
+
+def test_training_paraphrases_and_held_out_wordings_are_disjoint() -> None:
+    """No failure template used to train the specialist appears in a held-out or OOD wording set."""
+    from app.triage import corpus
+
+    train = {t for ts in corpus._PARAPHRASE.values() for t in ts}
+    for held in (corpus._FRESH, corpus._CUSTOM, corpus._WORDING):
+        assert not train & {t for ts in held.values() for t in ts}
+    built = build(2, per_cell_train=1, per_cell_eval=1, per_cell_ood=2)
+    assert {r["framework"] for r in built["train"]}.isdisjoint({"fresh", "custom", "wording"})
