@@ -12,7 +12,7 @@ from app.artifacts import ArtifactStore
 
 REPO = Path(__file__).resolve().parents[2]
 
-__all__ = ["REPO", "store_adapter", "trainer_env", "train_tiny_adapters"]
+__all__ = ["REPO", "store_adapter", "train_tiny_adapters", "trainer_env"]
 
 
 def trainer_env() -> dict[str, str]:
