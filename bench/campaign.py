@@ -1,7 +1,7 @@
-"""The three policies side by side on the shipped market traces, as a markdown table.
+"""The three policies side by side on the shipped market traces, as markdown tables.
 
-    python bench/campaign.py                 # shipped traces
-    python bench/campaign.py --seeds 12      # plus generated marketplace/adversarial variants
+    python bench/campaign.py                 # shipped traces (+ recoveries with and without a standby host)
+    python bench/campaign.py --seeds 52      # plus generated variants of each generator
 
 Every number is the simulated marketplace's own receipt (its billing and its truth), from
 `workers.campaign.run_campaign`; the same receipt `tuneharness sim campaign --json` prints.
@@ -10,6 +10,7 @@ Every number is the simulated marketplace's own receipt (its billing and its tru
 from __future__ import annotations
 
 import argparse
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -17,11 +18,12 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from providers.sim.make_traces import adversarial, marketplace
+from providers.sim.make_traces import adversarial, marketplace, recovery
 from providers.sim.trace import Trace, load_trace, parse_trace
 from workers.campaign import run_campaign
 
 POLICIES = ("guarded", "naive", "oracle")
+SHIPPED = ("smoke", "marketplace", "adversarial", "recovery", "hangs")
 COLUMNS = (
     ("creates", "creates"),
     ("dead_hosts", "dead hosts"),
@@ -57,11 +59,52 @@ def table(traces: list[tuple[str, Trace]]) -> str:
     return "\n".join(rows)
 
 
+def recovery_row(trace: Trace, *, standby_hosts: int) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The guarded receipt and what the recovery targets need: worst detection, median recovery,
+    median of (recovery - the replacement's image pull)."""
+    res = run_campaign(trace, policy="guarded", standby_hosts=standby_hosts)
+    r = res.receipt
+    times = [x["resumed_at_s"] - x["lost_at_s"] for x in r["recoveries"]]
+    over_pull = [t - f["replacement_pull_s"] for t, f in zip(times, res.recovery_facts, strict=True)]
+    facts = {
+        "n": len(times),
+        "detect_max_s": max((f["detect_s"] for f in res.recovery_facts), default=None),
+        "median_s": statistics.median(times) if times else None,
+        "median_over_pull_s": statistics.median(over_pull) if over_pull else None,
+    }
+    return r, facts
+
+
+def recovery_ok(r: dict[str, Any], f: dict[str, Any], *, standby_hosts: int) -> bool:
+    if r["jobs_failed"] or r["budget_exceeded"] or not f["n"]:
+        return not r["jobs_failed"] and not r["budget_exceeded"]
+    limit_ok = f["median_s"] <= 90 if standby_hosts else f["median_over_pull_s"] <= 90
+    return f["detect_max_s"] <= 60 and limit_ok
+
+
+def recovery_table(traces: list[tuple[str, Trace]]) -> str:
+    rows = [
+        "| trace | standby hosts | recoveries | worst detection s | recovery median s | p90 s | median minus replacement pull s | standby $ | dead-host $ | total $ | targets |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for name, trace in traces:
+        for standby in (0, 1):
+            r, f = recovery_row(trace, standby_hosts=standby)
+            rows.append(
+                f"| {name} | {standby} | {f['n']} | {_fmt(f['detect_max_s'])} | {_fmt(r['recovery_median_s'])} | "
+                f"{_fmt(r['recovery_p90_s'])} | {_fmt(f['median_over_pull_s'])} | {r['standby_cost_usd']:.4f} | "
+                f"{r['dead_host_cost_usd']:.4f} | {r['total_cost_usd']:.4f} | "
+                f"{'yes' if recovery_ok(r, f, standby_hosts=standby) else 'NO'} |"
+            )
+    return "\n".join(rows)
+
+
 def seeds_summary(n: int) -> str:
     rows = [
         "| generator | seed | guarded $ | naive $ | oracle $ | guarded/naive | guarded/oracle | life - oracle s | all targets |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
+    failing: dict[str, list[int]] = {}
     for gen in (marketplace, adversarial):
         for seed in range(1, n + 1):
             trace = parse_trace(gen(seed))
@@ -74,22 +117,57 @@ def seeds_summary(n: int) -> str:
                 to_naive <= 0.25 and to_oracle <= 1.5 and life <= 150 and g["good_hosts_destroyed"] == 0
                 and g["jobs_failed"] == 0 and not g["budget_exceeded"]
             )
+            if not ok:
+                failing.setdefault(gen.__name__, []).append(seed)
             rows.append(
                 f"| {gen.__name__} | {seed} | {g['dead_host_cost_usd']:.4f} | {nv['dead_host_cost_usd']:.4f} | "
                 f"{o['dead_host_cost_usd']:.4f} | {to_naive:.2f} | {to_oracle:.2f} | {life:.0f} | {'yes' if ok else 'NO'} |"
             )
-    return "\n".join(rows)
+    summary = ", ".join(f"{g}: {len(s)} of {n} fail (seeds {s})" for g, s in failing.items()) or "none fail"
+    return "\n".join(rows) + f"\n\nFailing traces: {summary}"
+
+
+def recovery_seeds_summary(n: int) -> str:
+    rows = [
+        "| generator | seed | recoveries | median minus pull s (no standby) | median s (1 standby) | worst detection s | no standby ok | 1 standby ok |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    fails = {0: 0, 1: 0}
+    counted = 0
+    for seed in range(1, n + 1):
+        trace = parse_trace(recovery(seed))
+        r0, f0 = recovery_row(trace, standby_hosts=0)
+        r1, f1 = recovery_row(trace, standby_hosts=1)
+        if not f0["n"] and not f1["n"]:
+            continue
+        counted += 1
+        ok0, ok1 = recovery_ok(r0, f0, standby_hosts=0), recovery_ok(r1, f1, standby_hosts=1)
+        fails[0] += not ok0
+        fails[1] += not ok1
+        detect = max(x for x in (f0["detect_max_s"], f1["detect_max_s"]) if x is not None)
+        rows.append(
+            f"| recovery | {seed} | {f0['n']}/{f1['n']} | {_fmt(f0['median_over_pull_s'])} | {_fmt(f1['median_s'])} | "
+            f"{_fmt(detect)} | {'yes' if ok0 else 'NO'} | {'yes' if ok1 else 'NO'} |"
+        )
+    return "\n".join(rows) + (
+        f"\n\nOf {counted} generated recovery traces with a loss: {fails[0]} miss the no-standby target, "
+        f"{fails[1]} miss the one-standby target"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--seeds", type=int, default=0, help="also run N generated variants of each generator")
     args = p.parse_args(argv)
-    traces = [(name, load_trace(name)) for name in ("smoke", "marketplace", "adversarial")]
+    traces = [(name, load_trace(name)) for name in SHIPPED]
     print(table(traces))
+    print()
+    print(recovery_table([t for t in traces if t[0] in ("marketplace", "recovery", "hangs")]))
     if args.seeds:
         print()
         print(seeds_summary(args.seeds))
+        print()
+        print(recovery_seeds_summary(min(args.seeds, 30)))
     return 0
 
 

@@ -171,6 +171,9 @@ class CampaignResult:
     receipt: dict[str, Any]
     ledger: list[dict[str, Any]] = field(default_factory=list)
     unfinished: dict[str, str] = field(default_factory=dict)
+    # Per recovery, from the referee: `detect_s` (loss to the lost host stopped) and
+    # `replacement_pull_s` (the image pull of the host the job resumed on).
+    recovery_facts: list[dict[str, float]] = field(default_factory=list)
 
 
 @dataclass
@@ -227,6 +230,8 @@ class _Campaign:
         self.trainer_stops: dict[int, float] = {}  # id(trainer) -> when the job left it
         self.destroyed_untrained: set[str] = set()
         self.recoveries: list[dict[str, Any]] = []
+        self.recovery_facts: list[dict[str, float]] = []
+        self.loss_noticed: dict[str, float] = {}  # job -> when its lost/hung host was stopped
         self.ledger: list[dict[str, Any]] = []
         self.finished: set[str] = set()
         self.failed: dict[str, str] = {}
@@ -530,6 +535,8 @@ class _Campaign:
             self._log("host_adopted", job=act.job_id, instance=h.instance_id, machine=h.machine_id)
             return Adopted(h)
         elif isinstance(act, Destroy):
+            if act.reason in ("lost", "hang"):
+                self.loss_noticed[act.job_id] = now
             live = self.live.pop(act.instance_id, None)
             if live is not None and not live.trained:
                 self.destroyed_untrained.add(act.instance_id)
@@ -537,6 +544,8 @@ class _Campaign:
             self.market.destroy(act.instance_id)
             self._log("destroyed", job=act.job_id, instance=act.instance_id, machine=act.machine_id, reason=act.reason, evidence=act.evidence)
         elif isinstance(act, Stop):
+            if act.reason in ("lost", "hang"):
+                self.loss_noticed[act.job_id] = now
             self.live.pop(act.instance_id, None)
             self._stop_instance(act.instance_id, reason=act.reason, evidence=act.evidence, job=act.job_id)
         elif isinstance(act, Record):
@@ -574,6 +583,11 @@ class _Campaign:
                       standby=host.standby)
             self._offer_to_recoveries()
         elif isinstance(act, Recovered):
+            att = self.jobs[act.job_id].attempt
+            self.recovery_facts.append({
+                "detect_s": self.loss_noticed.get(act.job_id, act.lost_at) - act.lost_at,
+                "replacement_pull_s": self.referee.pull_seconds(att.instance_id) if att is not None else 0.0,
+            })
             self.recoveries.append({
                 "job": act.job_id, "machine_id": act.machine_id, "cause": act.cause,
                 "lost_at_s": round(act.lost_at - self.t0, 3), "resumed_at_s": round(act.resumed_at - self.t0, 3),
@@ -773,7 +787,7 @@ def run_campaign(
     """
     c = _Campaign(trace, policy, jobs=jobs, seed=seed, trace_label=trace_label or trace.name, standby_hosts=standby_hosts)
     receipt = c.run()
-    return CampaignResult(receipt=receipt, ledger=c.ledger, unfinished=dict(c.failed))
+    return CampaignResult(receipt=receipt, ledger=c.ledger, unfinished=dict(c.failed), recovery_facts=c.recovery_facts)
 
 
 def run_campaign_file(
