@@ -47,6 +47,7 @@ def campaign(
     jobs: int | None = typer.Option(None, "--jobs", help="number of jobs (default: the trace's workload)"),
     seed: int = typer.Option(0, "--seed", help="seed for the policy's jitter"),
     as_json: bool = typer.Option(False, "--json", help="print the receipt as one JSON object"),
+    standby_hosts: int = typer.Option(0, "--standby-hosts", help="verified hosts kept waiting for recoveries"),
 ) -> None:
     """Replay a whole campaign in virtual time; the receipt comes from the simulator's billing and truth."""
     import json
@@ -58,7 +59,9 @@ def campaign(
         raise UserError(f"--policy {policy!r} is not a policy. Fix: pass guarded, naive or oracle")
     if jobs is not None and jobs < 1:
         raise UserError(f"--jobs must be at least 1, got {jobs}. Fix: pass a positive number")
-    receipt = bootstrap.sim_campaign(trace, policy=policy, jobs=jobs, seed=seed)
+    if standby_hosts < 0:
+        raise UserError(f"--standby-hosts must be 0 or more, got {standby_hosts}. Fix: pass 0, 1, 2, ...")
+    receipt = bootstrap.sim_campaign(trace, policy=policy, jobs=jobs, seed=seed, standby_hosts=standby_hosts)
     if as_json:
         typer.echo(json.dumps(receipt))
         return

@@ -125,3 +125,18 @@ def test_a_verified_host_is_held_and_batched_onto_the_next_job() -> None:
     assert r["jobs_completed"] == 2 and r["creates"] == 2 and r["good_hosts_destroyed"] == 0
     adopted = [e for e in res.ledger if e["kind"] == "host_adopted"]
     assert len(adopted) == 1 and adopted[0]["machine"] == "m-good"
+
+
+def test_cli_standby_hosts_flag_reaches_the_receipt(tmp_path: Path) -> None:
+    """`--standby-hosts 1` keeps a verified host for recoveries, and the receipt shows it and its cost."""
+    import json
+
+    env = {**os.environ, "TUNEHARNESS_HOME": str(tmp_path / "home"), "PYTHONPATH": str(ROOT)}
+    out = subprocess.run(
+        [sys.executable, "-m", "app.cli.main", "sim", "campaign", "--trace", "recovery", "--standby-hosts", "1", "--json"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=60, check=False,
+    )
+    assert out.returncode == 0, out.stderr
+    receipt = json.loads(out.stdout)
+    assert receipt["standby_hosts"] == 1 and receipt["standby_cost_usd"] > 0
+    assert receipt["recovery_median_s"] is not None and receipt["recovery_median_s"] <= 90
