@@ -592,7 +592,7 @@ _PROGRESS = re.compile(
     r"|\biteration\s+\d+\s*/\s*\d+\s*\|"  # Megatron
     r"|\bstep[=:\s]\s*\d+.{0,40}\b(?:loss|lr)\b"  # generic step lines, DeepSpeed
     r"|\b(?:epoch|Epoch)\s*[:=]?\s*\d+.{0,60}\bloss\b"
-    r"|(?:\b|_)loss\s*[=:]\s*[-+\d.]"
+    r"|(?:\b|_)loss\s*[=:]\s*[-+\d.]|(?:\b|_)loss\s+\d+\.\d+"
     r"|\bprogress:\s*\d+/\d+"  # mmf and other "progress: N/M" loggers
     r"|^\|\s*\d+\s*\|\s*[-+\d.e]+\s*\|"  # unsloth / TRL step table
     r"|saving (?:model )?checkpoint to",
