@@ -428,13 +428,13 @@ _rule("dataset", "data_error", 94, ("datasetgeneration", "arrowinvalid", "arrowt
       r"|Invalid dataset|Please check the dataset format|unhandled prompt tokenization strategy"
       r"|Failed to load dataset|datasets\.exceptions\.\w+|ExpectedMoreSplits|SplitsNotFoundError"
       r"|NonMatchingSplitsSizesError|doesn't match the expected schema|schema mismatch|KeyError: '(?:text|input|output|instruction|messages|conversations|label|labels|prompt|response|chosen|rejected|content|role|from|value|input_ids|attention_mask)'")
-_rule("batch-shape", "data_error", 90, ("batch_size", "did not return a loss", "target size", "labels", "target", "supply an encoding", "batch received was empty", "same device", "cannot be multiplied", "expected scalar type", "unscale fp16", "purely quantized"),
+_rule("batch-shape", "data_error", 90, ("batch_size", "did not return a loss", "target size", "labels", "target", "supply an encoding", "batch received was empty", "same device", "cannot be multiplied", "expected scalar type", "unscale fp16", "purely quantized", "stack expects"),
       r"Expected input batch_size \(\d+\) to match target batch_size|did not return a loss from the inputs"
       r"|Target size \(.{0,40}\) must be the same as input size|labels? .{0,30}out of (?:range|bounds)"
       r"|Target \d+ is out of bounds|You should supply an encoding or a list of encodings"
       r"|The batch received was empty|Expected all tensors to be on the same device"
       r"|shapes cannot be multiplied|expected scalar type \w+ but found|Attempting to unscale FP16 gradients"
-      r"|cannot perform fine-tuning on purely quantized models", confidence=0.92)
+      r"|cannot perform fine-tuning on purely quantized models|stack expects each tensor to be equal size", confidence=0.92)
 _rule("config", "data_error", 90, ("unknown ", "validationerror", "yaml.", "scannererror", "parsererror", "unexpected keyword argument",
                                    "not found in the base model", "please specify", "not a valid model identifier",
                                    "unrecognized", "size mismatch for", "loading state_dict", "missing key(s)",
