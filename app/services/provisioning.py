@@ -299,7 +299,10 @@ class ProvisioningService:
 
     def _create(self, job: JobState, act: Create) -> Observation:
         now = self.clock.now()
-        attempt = job.creates + 1
+        # Idempotent per attempt (a redelivered task reuses its intent), but a create abandoned
+        # because the offer was taken (another job got there first) used up its number: without
+        # skipping it, every later try would find that abandoned rental and the job would spin.
+        attempt = job.creates + 1 + len(self.rentals.all(states=("abandoned",), job=job.job_id))
         offer = act.offer
         shape = job.shape
         reserve = self.reserve_factor * attempt_cost_usd(
