@@ -219,7 +219,10 @@ def sim_serve(
     try:
         url = server.start()
         if url_file:
-            Path(url_file).write_text(url + "\n", encoding="utf-8")
+            # Atomically: a reader polling for the file must never see it empty.
+            tmp = Path(f"{url_file}.tmp")
+            tmp.write_text(url + "\n", encoding="utf-8")
+            tmp.replace(url_file)
         if announce is not None:
             announce(url)
         server.wait()
