@@ -305,11 +305,11 @@ class Rentals:
         moved = self.transition(rental_id, to="abandoned", from_states=("intent",), kind="create_abandoned",
                                 reason=reason, now=now)
         if moved:
-            for rid in self._reservations(rental_id):
+            for rid in self.reservations_of(rental_id):
                 self.budget.release(rid, reason=f"create abandoned: {reason}")
         return moved
 
-    def _reservations(self, rental_id: str) -> list[str]:
+    def reservations_of(self, rental_id: str) -> list[str]:
         with read_connection(self.engine) as conn:
             r = conn.execute(select(_T.c.reservation_id, _T.c.other_reservations).where(_T.c.id == rental_id)).first()
         if r is None:
@@ -324,7 +324,7 @@ class Rentals:
         spent = self.spent_usd(rental, now=now)
         gpu_end = rental.stopped_at or rental.ended_at or now
         minutes = max(0.0, gpu_end - rental.created_at) / 60.0
-        for rid in self._reservations(rental_id):
+        for rid in self.reservations_of(rental_id):
             amount = minutes if self.budget.unit_of_reservation(rid) == "gpu_minutes" else spent
             self.budget.settle(rid, amount, reason=reason)
 

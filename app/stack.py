@@ -13,7 +13,7 @@ import socket
 import subprocess
 import sys
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -32,11 +32,10 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def wait_until(predicate: object, *, timeout_s: float, interval_s: float = 0.1) -> bool:
+def wait_until(predicate: Callable[[], object], *, timeout_s: float, interval_s: float = 0.1) -> bool:
     """Poll `predicate()` until it is true or `timeout_s` passes (never a bare sleep)."""
     import time
 
-    assert callable(predicate)
     deadline = time.monotonic() + timeout_s
     ev = threading.Event()
     while time.monotonic() < deadline:

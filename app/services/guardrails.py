@@ -219,7 +219,7 @@ def sweep_budgets(
     for s in budget.status():
         report.examined += 1
         held = budget.held(s.name)
-        mine = [r for r in live if rentals is not None and held & set(rentals._reservations(r.id))]
+        mine = [r for r in live if rentals is not None and held & set(rentals.reservations_of(r.id))]
         if s.unit == "gpu_minutes":
             billed = sum(max(0.0, (r.stopped_at or now) - r.created_at) / 60.0 for r in mine)
         else:
