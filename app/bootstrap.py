@@ -21,12 +21,12 @@ if TYPE_CHECKING:
 
     from app.alerts import Notifier, OutboxNotifier
     from app.jobs import JobStore
-    from app.market import Market
+    from app.market import Instance, Market
     from app.policy.provisioning import PreflightResult
     from app.reputation import ReputationStore
     from app.services.provisioning import ProvisioningService
     from app.services.supervisor import SupervisorService
-    from app.ssh import KeyPair
+    from app.ssh import KeyPair, SSHHostShell
     from app.triage.chain import TriageChain
     from gate.jobs import JobEvaluator
     from gate.service import GateService
@@ -253,6 +253,17 @@ def triage_chain(*, with_specialist: bool = True, with_llm: bool = True) -> Tria
     return TriageChain(specialist=specialist, escalation=escalation)
 
 
+def host_shell(inst: Instance, job_id: str, s: Settings | None = None) -> SSHHostShell:
+    """An SSH shell on a job's instance: the job's own key, the host key pinned on first contact."""
+    from app.ssh import FileHostKeyPin, HostUnreachable, SSHHostShell
+
+    if inst.ssh is None:
+        raise HostUnreachable(f"{inst.instance_id}: no SSH endpoint (state {inst.state})")
+    key = job_keypair(job_id, s)
+    pin = FileHostKeyPin(key.private_key_path.parent / f"host-{inst.provider}-{inst.instance_id}.pub")
+    return SSHHostShell(inst.ssh, key.private_key_path, pin=pin, connect_timeout_s=10.0)
+
+
 def job_keypair(job_id: str, s: Settings | None = None) -> KeyPair:
     """The job's own SSH keypair under TUNEHARNESS_HOME/keys/<job> (made on first use)."""
     from app.ssh import KeyPair, generate_keypair
@@ -350,10 +361,8 @@ def supervisor(s: Settings | None = None) -> SupervisorService:
     from app.artifacts import open_store
     from app.errors import ConfigError
     from app.jobs import spec_from_dict
-    from app.market import Instance
     from app.policy.supervision import SupervisorConfig
     from app.services.supervisor import Bundle, SupervisorService, TriageAnswer, bundle_for_spec
-    from app.ssh import FileHostKeyPin, HostUnreachable, SSHHostShell
 
     s = s or settings()
     knobs: dict[str, float] = {}
@@ -371,11 +380,7 @@ def supervisor(s: Settings | None = None) -> SupervisorService:
     cfg = SupervisorConfig(**knobs, slice_steps=int(slice_steps) if slice_steps else None)  # type: ignore[arg-type]
 
     def shell_for(inst: Instance, job_id: str) -> SSHHostShell:
-        if inst.ssh is None:
-            raise HostUnreachable(f"{inst.instance_id}: no SSH endpoint (state {inst.state})")
-        key = job_keypair(job_id, s)
-        pin = FileHostKeyPin(key.private_key_path.parent / f"host-{inst.provider}-{inst.instance_id}.pub")
-        return SSHHostShell(inst.ssh, key.private_key_path, pin=pin, connect_timeout_s=10.0)
+        return host_shell(inst, job_id, s)
 
     def bundle_for(job_id: str) -> Bundle:
         rec = jobs(s).get(job_id)

@@ -36,6 +36,20 @@ def _job_phase(job_id: str) -> str | None:
     return None if record is None else record.phase
 
 
+def _ssh_util(rental: Any, inst: Any) -> float | None:
+    """nvidia-smi over SSH with the job's key, where the host answers; None otherwise."""
+    if inst.ssh is None:
+        return None
+    try:
+        shell = bootstrap.host_shell(inst, rental.job)
+    except Exception:
+        return None
+    try:
+        return guardrails.gpu_util_over_ssh(shell)
+    finally:
+        shell.close()
+
+
 def _summary(report: guardrails.SweepReport) -> dict[str, Any]:
     return {"examined": report.examined, "stopped": report.stopped, "adopted": report.adopted,
             "lost": report.lost, "errors": report.errors, "warnings": report.warnings}
@@ -46,7 +60,8 @@ def idle_watchdog(self: Any) -> dict[str, Any]:
     """Stop instances idle past the grace period (never destroy)."""
     rentals = _rentals()
     report = guardrails.sweep_idle(rentals, _markets(rentals), now=time.time(),
-                                   notifier=bootstrap.notifier(), grace_s=IDLE_GRACE_S, job_phase=_job_phase)
+                                   notifier=bootstrap.notifier(), grace_s=IDLE_GRACE_S, job_phase=_job_phase,
+                                   ssh_util=_ssh_util)
     record_success(rentals.engine, "idle-watchdog", time.time())
     return _summary(report)
 

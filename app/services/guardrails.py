@@ -18,7 +18,7 @@ from sqlmodel import Field, SQLModel
 from app.alerts import Alert, Notifier
 from app.budget import Budget
 from app.db import read_connection, write_transaction
-from app.market import Market, MarketError
+from app.market import Instance, Market, MarketError
 from app.policy.guardrails import (
     Adopt,
     Known,
@@ -30,11 +30,32 @@ from app.policy.guardrails import (
     past_kill_time,
     reconcile,
 )
-from app.rentals import LABEL_PREFIX, Rentals
+from app.ports import HostShell
+from app.rentals import LABEL_PREFIX, Rental, Rentals
 
 __all__ = ["OrphanSighting", "SweepReport", "sweep_budgets", "sweep_idle", "sweep_reconcile", "sweep_ttl"]
 
 JobPhaseOf = Callable[[str], "str | None"]
+SshUtil = Callable[[Rental, Instance], "float | None"]
+
+NVIDIA_SMI = "nvidia-smi --query-gpu=utilization.gpu --format=csv,noheader,nounits"
+
+
+def gpu_util_over_ssh(shell: HostShell, *, timeout_s: float = 15.0) -> float | None:
+    """The busiest GPU's utilisation from `nvidia-smi` on the host; None when it cannot be read."""
+    try:
+        result = shell.run(NVIDIA_SMI, timeout_s=timeout_s)
+    except Exception:  # unreachable, timed out: the vendor's figure stands alone
+        return None
+    if result.exit_code != 0:
+        return None
+    values = []
+    for line in result.stdout.splitlines():
+        try:
+            values.append(float(line.strip()))
+        except ValueError:
+            continue
+    return max(values) if values else None
 
 
 class OrphanSighting(SQLModel, table=True):
@@ -72,9 +93,13 @@ def _alert(notifier: Notifier | None, alert: Alert) -> None:
 
 def sweep_idle(
     rentals: Rentals, markets: Mapping[str, Market], *, now: float, notifier: Notifier | None = None,
-    grace_s: float = 1800.0, job_phase: JobPhaseOf | None = None,
+    grace_s: float = 1800.0, job_phase: JobPhaseOf | None = None, ssh_util: SshUtil | None = None,
 ) -> SweepReport:
-    """Stop every running instance whose GPU has been idle longer than the grace period."""
+    """Stop every running instance whose GPU has been idle longer than the grace period.
+
+    Utilisation is the vendor's figure and, where the host answers over SSH, `nvidia-smi`'s; the
+    busier of the two counts (a vendor's stale zero must not stop a training GPU).
+    """
     report = SweepReport("idle_watchdog")
     for r in rentals.all(states=("active",)):
         market = markets.get(r.provider)
@@ -89,9 +114,11 @@ def sweep_idle(
         if inst.state != "running":
             continue
         phase = job_phase(r.job) if job_phase else None
-        verdict = idle_verdict(gpu_util_pct=inst.gpu_util, job_phase=phase, idle_since=r.idle_since,
+        samples = [u for u in (inst.gpu_util, ssh_util(r, inst) if ssh_util else None) if u is not None]
+        util = max(samples) if samples else None
+        verdict = idle_verdict(gpu_util_pct=util, job_phase=phase, idle_since=r.idle_since,
                                now=now, grace_s=grace_s)
-        rentals.note_utilisation(r.id, gpu_util=inst.gpu_util, idle_since=verdict.idle_since)
+        rentals.note_utilisation(r.id, gpu_util=util, idle_since=verdict.idle_since)
         if not verdict.stop:
             continue
         if rentals.stop(r.id, market=market, reason="idle", kind="instance_stopped", now=now,
