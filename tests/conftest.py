@@ -31,6 +31,7 @@ from support.services import (  # noqa: E402
     start_redis,
     wait_until,
 )
+from tests.support.sshd import sshd_factory  # noqa: E402, F401  (fixture: real OpenSSH sshd on loopback)
 
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 PG_ADMIN_URL = os.environ.get("TUNEHARNESS_TEST_PG_ADMIN_URL", "postgresql://postgres@127.0.0.1:5432/postgres")

@@ -12,7 +12,6 @@ from app.services.guardrails import gpu_util_over_ssh, sweep_idle
 from app.ssh import SSHHostShell, generate_keypair
 from providers.sim import VirtualClock
 from tests.service.guardrails.conftest import host, make_market, rent
-from tests.support.sshd import sshd_factory  # noqa: F401  (fixture)
 
 
 def _fake_nvidia_smi(directory: Path, output: str) -> Path:
