@@ -55,6 +55,11 @@ needs:
   download_gb: 3
   train_hours: 0.05
 budget_usd: 5.0
+gate:                     # one adapter per seed, judged on the worst seed against a rules baseline
+  config: {{metric: accuracy, model: demo-words, task: swap two words, baseline_name: rules (always x0)}}
+  eval: eval.jsonl
+  baseline: predictions:baseline.jsonl
+  seeds: [1, 2]
 """
 
 
@@ -130,12 +135,13 @@ def campaign_in_money() -> None:
 
 
 def demo_trace() -> Path:
-    """The smoke trace's four hosts (three liars, one healthy) plus two more healthy hosts to recover onto."""
+    """The smoke trace's four hosts (three liars, one healthy) plus four more healthy hosts: one per seed
+    run, and some to recover onto."""
     from providers.sim import shipped_trace_path
 
     trace = json.loads(Path(shipped_trace_path("smoke")).read_text())
     good = next(h for h in trace["hosts"] if h["machine_id"] == "m-good")
-    for i, dph in ((2, 0.15), (3, 0.16)):
+    for i, dph in ((2, 0.15), (3, 0.16), (4, 0.17), (5, 0.18)):
         trace["hosts"].append({**good, "machine_id": f"m-good-{i}", "offer": {**good["offer"], "dph": dph}})
     trace["name"] = "demo"
     path = DEMO / "demo-trace.json"
@@ -199,13 +205,24 @@ def live_job(stack) -> None:  # type: ignore[no-untyped-def]
                    env=env(), check=True, capture_output=True)
     rows = [{"prompt": f"w{i} x{i % 7} ->", "completion": f" x{i % 7} w{i}"} for i in range(64)]
     (jobdir / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    # the gate's eval set: held-out rows the training never saw, one canary (a row it must never get wrong)
+    evals = [{"id": f"h{i}", "slice": "heldout", "prompt": f"w{i} x{i % 7} ->", "expected": f" x{i % 7} w{i}"}
+             for i in range(64, 70)]
+    evals.append({"id": "c0", "slice": "canary", "prompt": "w0 x0 ->", "expected": " x0 w0"})
+    (jobdir / "eval.jsonl").write_text("".join(json.dumps(r) + "\n" for r in evals))
+    # the baseline it must beat: a rule that always answers x0 (recorded predictions)
+    (jobdir / "baseline.jsonl").write_text("".join(
+        json.dumps({"id": r["id"], "predicted": " x0 " + r["prompt"].split()[0]}) + "\n" for r in evals))
     (jobdir / "job.yaml").write_text(DEMO_JOB)
-    job_id = sh("submit", str(jobdir / "job.yaml")).stdout.strip()
+    gated_id = sh("submit", str(jobdir / "job.yaml")).stdout.strip()
+    console.print(f"a job with a gate trains one adapter per seed: {gated_id}-seed-1 and {gated_id}-seed-2, "
+                  "each provisioned and supervised on its own")
+    job_id = f"{gated_id}-seed-1"  # the run this demo watches (and interrupts)
     ledger = Ledger(engine(load_settings(env())))
 
-    def phase() -> str:
+    def phase(of: str) -> str:
         jobs = json.loads(sh("jobs", "--json", show=False, echo=False).stdout)
-        return next(str(j["phase"]) for j in jobs if j["job_id"] == job_id)
+        return next(str(j["phase"]) for j in jobs if j["job_id"] == of)
 
     console.print("watching the job (boot watch every 10 s of simulated time, SSH preflight on the host)...")
     wait_for(lambda: ledger.rows(job=job_id, kind="training_started"), 300, "a verified host to start training", 1.0)
@@ -224,7 +241,7 @@ def live_job(stack) -> None:  # type: ignore[no-untyped-def]
                   "(the host disappears, as marketplace hosts do)[/]")
     market.destroy(victim.instance or "")
     wait_for(lambda: ledger.rows(job=job_id, kind="recovery"), 300, "the job to resume elsewhere", 1.0)
-    wait_for(lambda: phase() in ("evaluating", "failed", "done"), 400, "the job to finish training", 1.0)
+    wait_for(lambda: phase(job_id) in ("failed", "done"), 400, "the job to finish training", 1.0)
     kinds = ("host_lost", "instance_stopped", "recovery", "training_started", "adapter_pulled")
     for e in ledger.rows(job=job_id, kind=list(kinds)):
         detail = {k: e.payload[k] for k in ("resume_step", "recovery_s", "step", "detected_at") if k in e.payload}
@@ -232,6 +249,18 @@ def live_job(stack) -> None:  # type: ignore[no-untyped-def]
     sh("status")
     verify_bit_identical(job_id, jobdir)
     sh("receipt", "--job", job_id)
+
+    section("6. The deploy gate: both seeds' adapters against the baseline, judged on the worst seed")
+    console.print("when the last seed's adapter is pulled, the supervisor enqueues evaluate_job: each adapter "
+                  "predicts the eval set through `python -m trainer predict`, the gate judges the trial")
+    wait_for(lambda: phase(gated_id) in ("failed", "done"), 300, "the gate's decision", 1.0)
+    sh("jobs")
+    for e in ledger.rows(kind=["adapter_pulled", "gate_decision", "job_evaluated"]):
+        console.print(f"  seq {e.seq:>3} {e.kind:<15} {e.job or '':<32} {e.reason}")
+    sh("gate", "history")
+    console.print("a 40-step LoRA on a tiny random model does not beat even the always-x0 rule on held-out rows "
+                  "(a tie is refused) and misses the canary: refused, the `gate_refused` alert raised, and "
+                  "nothing goes to production. That is the gate doing its job.")
 
 
 def verify_bit_identical(job_id: str, jobdir: Path) -> None:
@@ -259,7 +288,7 @@ def verify_bit_identical(job_id: str, jobdir: Path) -> None:
 
 
 def money_guardrails() -> None:
-    section("6. Budgets are reserved before anything is spent")
+    section("7. Budgets are reserved before anything is spent")
     from app.bootstrap import engine
     from app.budget import Budget
     from app.errors import BudgetExceeded
@@ -277,7 +306,7 @@ def money_guardrails() -> None:
 
 
 def ledger_integrity() -> None:
-    section("7. The ledger is append-only and hash-chained")
+    section("8. The ledger is append-only and hash-chained")
     import sqlite3
 
     sh("ledger", "note", "demo: nothing was destroyed by hand")
