@@ -258,9 +258,11 @@ def live_job(stack) -> None:  # type: ignore[no-untyped-def]
     for e in ledger.rows(kind=["adapter_pulled", "gate_decision", "job_evaluated"]):
         console.print(f"  seq {e.seq:>3} {e.kind:<15} {e.job or '':<32} {e.reason}")
     sh("gate", "history")
-    console.print("a 40-step LoRA on a tiny random model does not beat even the always-x0 rule on held-out rows "
-                  "(a tie is refused) and misses the canary: refused, the `gate_refused` alert raised, and "
-                  "nothing goes to production. That is the gate doing its job.")
+    decision = ledger.rows(job=gated_id, kind="job_evaluated")
+    if decision and decision[-1].payload.get("decision") == "refuse":
+        console.print(f"refused ({decision[-1].reason.split(': ', 1)[-1]}): a 40-step LoRA on a tiny random model "
+                      "does not beat the always-x0 rule on held-out rows by the worst seed (a tie is refused); the "
+                      "`gate_refused` alert is raised and nothing goes to production. That is the gate doing its job.")
 
 
 def verify_bit_identical(job_id: str, jobdir: Path) -> None:
