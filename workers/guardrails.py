@@ -91,7 +91,10 @@ def reconcile(self: Any) -> dict[str, Any]:
 def budget_monitor(self: Any) -> dict[str, Any]:
     """Warn at 80% of a cap's spend; stop the affected instances at 100%."""
     rentals = _rentals()
+    from app.services.supervisor import checkpoint_safe
+
     report = guardrails.sweep_budgets(rentals.budget, notifier=bootstrap.notifier(), rentals=rentals,
-                                      markets=_markets(rentals), now=time.time())
+                                      markets=_markets(rentals), now=time.time(),
+                                      checkpoint_safe=lambda job: checkpoint_safe(rentals.engine, job))
     record_success(bootstrap.engine(), "budget-monitor", time.time())
     return _summary(report)

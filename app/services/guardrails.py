@@ -231,8 +231,12 @@ def _orphan_event(provider: str, action: StopOrphan, now: float):  # type: ignor
 def sweep_budgets(
     budget: Budget, *, notifier: Notifier | None = None, rentals: Rentals | None = None,
     markets: Mapping[str, Market] | None = None, now: float | None = None,
+    checkpoint_safe: Callable[[str], bool] | None = None,
 ) -> SweepReport:
     """Spend against every cap: warn at 80%, stop the affected instances at 100%.
+
+    An instance holding a job's work is stopped only once its latest checkpoint is safe (pulled
+    off the host); until then the stop waits for the next sweep (the supervisor pulls every poll).
 
     Spend is what was billed: settled reservations plus what live rentals have billed so far
     (GPU while running, storage while stopped), not what is merely reserved. New creates are
@@ -265,6 +269,9 @@ def sweep_budgets(
         for r in mine:
             market = markets.get(r.provider)
             if market is None or r.state != "active":
+                continue
+            if r.held_work and checkpoint_safe is not None and not checkpoint_safe(r.job):
+                report.warnings.append(f"{s.name}:stop-waits-for-checkpoint:{r.job}")
                 continue
             try:
                 if rentals.stop(r.id, market=market, reason="budget_stop", kind="instance_stopped", now=now,

@@ -97,6 +97,19 @@ class SupervisionRow(SQLModel, table=True):
 _T = SupervisionRow.__table__  # type: ignore[attr-defined]
 
 
+def checkpoint_safe(engine: Engine, job_id: str) -> bool:
+    """Has every checkpoint the host reported complete been pulled off it? (True when nothing trains.)
+
+    The budget monitor asks this before stopping a job at its cap, so a stop loses no finished work.
+    """
+    with read_connection(engine) as conn:
+        row = conn.execute(select(_T.c.state_json).where(_T.c.job_id == job_id)).first()
+    if row is None:
+        return True
+    w = Watch.from_json(row.state_json)
+    return w.finished or w.pulled_step >= w.host_checkpoint_step
+
+
 @dataclass
 class Watch:
     """The supervisor's memory of a job (serialised in `supervision.state_json`)."""
@@ -118,6 +131,7 @@ class Watch:
     last_progress_at: float | None = None
     last_step_seen_at: float | None = None
     pulled_step: int = 0
+    host_checkpoint_step: int = 0  # the newest complete checkpoint the host reported (status.json)
     resume_step: int = 0
     # a loss waiting for its recovery
     lost_at: float | None = None
@@ -456,6 +470,8 @@ class SupervisorService:
             w.max_steps = int(status["max_steps"])
         if status.get("loss") is not None:
             w.loss = float(status["loss"])
+        if status.get("last_checkpoint_step") is not None:
+            w.host_checkpoint_step = int(status["last_checkpoint_step"])
 
     def _clock_of(self, wall: float) -> float:
         """A wall timestamp on the service's clock (scaled under the simulator)."""

@@ -216,3 +216,40 @@ def test_receipt_splits_spend_and_names_dead_hosts_and_idle_time(rentals: Rental
     assert 1800 <= data["idle_seconds_billed"] <= 2100
     assert data["stopped"] == [worker.instance_id] and data["running"] == []
     assert data["billing_per_hour_now"] == round(0.15 * 10 / 720, 6)
+
+
+def test_a_budget_stop_waits_until_the_latest_checkpoint_is_safe(rentals: Rentals, clock: VirtualClock) -> None:
+    """At the cap, a training host is stopped only once its newest checkpoint has been pulled."""
+    market = make_market([host(1)], clock)
+    rentals.budget.set_cap("job-t", 0.2)
+    offer = market.search_offers(OfferQuery(limit=0))[0]
+    plan = rentals.plan(job="t", attempt=1, offer=offer, disk_gb=10, ttl_s=99_999, now=clock.now(),
+                        reserve_usd=0.2, budget_name="job-t")
+    r = rentals.execute(plan.id, market=market, now=clock.now(),
+                        spec=LaunchSpec(image="x", disk_gb=10, label="", ssh_public_key="k"))
+    rentals.mark_held_work(r.id)
+    clock.advance(3 * 3600)  # well past $0.20
+    safe = {"t": False}
+    kw = {"rentals": rentals, "markets": {"sim": market}, "checkpoint_safe": lambda job: safe[job]}
+    first = sweep_budgets(rentals.budget, now=clock.now(), **kw)  # type: ignore[arg-type]
+    assert first.stopped == [] and "job-t:stop-waits-for-checkpoint:t" in first.warnings
+    assert market.status(r.instance_id or "").state == "running"
+    safe["t"] = True  # the supervisor pulled the newest checkpoint
+    second = sweep_budgets(rentals.budget, now=clock.now() + 60, **kw)  # type: ignore[arg-type]
+    assert second.stopped == [r.instance_id]
+
+
+def test_checkpoint_safe_compares_what_the_host_wrote_with_what_was_pulled(rentals: Rentals) -> None:
+    """Safe when nothing trains, or when the pulled step reached the host's newest checkpoint."""
+    from app.services.supervisor import SupervisionRow, Watch, checkpoint_safe
+
+    table = SupervisionRow.__table__  # type: ignore[attr-defined]
+    assert checkpoint_safe(rentals.engine, "nobody")
+    with rentals.engine.begin() as conn:
+        conn.execute(table.insert().values(job_id="j", seq=1, updated_at=0.0,
+                                           state_json=Watch(pulled_step=20, host_checkpoint_step=30).to_json()))
+    assert not checkpoint_safe(rentals.engine, "j")
+    with rentals.engine.begin() as conn:
+        conn.execute(table.update().where(table.c.job_id == "j").values(
+            state_json=Watch(pulled_step=30, host_checkpoint_step=30).to_json()))
+    assert checkpoint_safe(rentals.engine, "j")
