@@ -19,7 +19,7 @@ def test_submit_records_and_enqueues(th_env: dict[str, str], tmp_path: Path, red
     text = example.read_text().replace("base_model: models/tiny-causal", "base_model: model")
     text = text.replace("data/train.jsonl", str(ROOT / "examples" / "data" / "train.jsonl"))
     text = text.replace("data/eval.jsonl", str(ROOT / "examples" / "data" / "eval.jsonl"))
-    job.write_text(text)
+    job.write_text(text.split("\ngate:")[0] + "\n")  # without its gate: one job, one run (see test_submit_gated.py)
     (tmp_path / "model").mkdir()
     r = redis.Redis.from_url(redis_url)
     before = r.llen("provision")
