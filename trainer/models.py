@@ -51,6 +51,9 @@ def _quiet_transformers() -> None:
 
 def load_base(base_path: Path, *, task: str, quantization: str, labels: list[str] | None) -> LoadedModel:
     """Load tokenizer and base model, 4-bit NF4 when asked (the classification head stays full precision)."""
+    from trainer.stack import import_stack
+
+    import_stack()  # bitsandbytes first, without importing the compiler stack it does not use
     import torch
     from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification, AutoTokenizer
 
