@@ -27,6 +27,7 @@ from trainer.jobspec import JobError, JobSpec, load_job, shape_of
 from trainer.models import META_FILE, LoadedModel, load_base, wrap_for_training
 from trainer.push import Pusher, PushError, load_pusher
 from trainer.reporting import StatusFile, TrainLog
+from trainer.simhost import hang_forever, load_hang
 
 __all__ = ["EXIT_BAD_JOB", "EXIT_CAP", "EXIT_DISK_FULL", "EXIT_FAILED", "EXIT_FINISHED",
            "EXIT_REFUSED", "ResumeRefused", "lr_factor", "run_job"]
@@ -89,6 +90,7 @@ class _Run:
         self.step = 0
         self.last_checkpoint_step: int | None = None
         self.pusher: Pusher | None = None
+        self.hang = load_hang()  # a simulated host's hang (docs/sim.md); None on a real host
 
     def elapsed_s(self) -> float:
         return time.monotonic() - self.started
@@ -180,6 +182,8 @@ class _Run:
         window_t, window_tokens, window_samples = time.perf_counter(), 0, 0
         first_step = self.step
         while self.step < spec.max_steps:
+            if self.hang is not None and self.hang.hung():
+                hang_forever()  # as a process stuck in a collective: alive, silent, no progress
             if self.max_seconds is not None and self.elapsed_s() >= self.max_seconds:
                 break
             if self.slice_steps is not None and self.step - first_step >= self.slice_steps:
@@ -339,6 +343,8 @@ def run_job(job_dir: Path, *, max_seconds: float | None = None, slice_steps: int
     _STOP.clear()
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, _on_sigterm)
+        # `trainer slices` forks this slice with SIGTERM blocked until the handler is in place
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
     job_dir = Path(job_dir)
     refusal = serving_refusal()
     if not job_dir.is_dir():

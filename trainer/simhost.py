@@ -1,0 +1,70 @@
+"""What a simulated host does to the trainer: it hangs when its truth says so.
+
+On a host of the simulated marketplace, `TUNEHARNESS_SIM_TRUTH` names a JSON file (docs/sim.md)
+whose `hangs_at_epoch_s` is the simulated instant at which the training process hangs, and whose
+`clock` (`{"scale", "epoch_s"}`, or null for the wall clock) says how to read simulated time:
+`epoch_s + scale * (time.time() - epoch_s)`. Once that instant has passed, `trainer run` stops
+before its next step and never makes progress again, like a process stuck in an NCCL collective:
+alive, `phase` still `training`, status.json's heartbeat still rewritten (its `updated_at`
+advances) but `step` frozen, no new train.log lines, SIGTERM not honoured (a blocked collective
+never returns to the interpreter); only SIGKILL ends it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+__all__ = ["SIM_TRUTH_ENV", "SimHang", "hang_forever", "load_hang"]
+
+SIM_TRUTH_ENV = "TUNEHARNESS_SIM_TRUTH"
+
+
+@dataclass(frozen=True, slots=True)
+class SimHang:
+    """When (in simulated seconds) the host hangs, and how to read its simulated clock."""
+
+    hangs_at_epoch_s: float
+    scale: float = 1.0
+    epoch_s: float = 0.0
+
+    def sim_now(self, wall_s: float) -> float:
+        return self.epoch_s + self.scale * (wall_s - self.epoch_s)
+
+    def hung(self, wall_s: float | None = None) -> bool:
+        return self.sim_now(time.time() if wall_s is None else wall_s) >= self.hangs_at_epoch_s
+
+
+def load_hang(env: Mapping[str, str] | None = None) -> SimHang | None:
+    """The hang this simulated host will suffer, or None (not simulated, no hang, unreadable truth).
+
+    An unreadable truth file is not the trainer's failure: preflight reports it; training goes on.
+    """
+    env = os.environ if env is None else env
+    path = env.get(SIM_TRUTH_ENV)
+    if not path:
+        return None
+    try:
+        with open(path, encoding="utf-8") as fh:
+            truth = json.load(fh)
+        at = truth.get("hangs_at_epoch_s")
+        if at is None:
+            return None
+        clock = truth.get("clock") or {}
+        scale, epoch = float(clock.get("scale", 1.0)), float(clock.get("epoch_s", 0.0))
+        if scale <= 0:
+            return None
+        return SimHang(hangs_at_epoch_s=float(at), scale=scale, epoch_s=epoch)
+    except (OSError, ValueError, TypeError, AttributeError):
+        return None
+
+
+def hang_forever() -> None:
+    """Block the calling thread for good; signal handlers may run, the caller never resumes."""
+    stuck = threading.Event()
+    while True:
+        stuck.wait(3600.0)
