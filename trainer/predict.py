@@ -4,23 +4,44 @@ line per input row.
 classification rows `{"id", "text"}` -> `{"id", "predicted": label, "scores": {label: prob}}`
 causal_lm rows `{"id", "prompt"}` (or `{"id", "messages"}`) -> `{"id", "predicted": greedy completion}`
 Exit 0 on success, 2 on bad arguments or input (one line on stderr), 1 on any other failure.
+
+`--serve` loads once and answers rows on stdin with one JSON line each on stdout, flushed per line,
+until EOF (exit 0). A bad row is answered `{"id": ..., "error": "..."}` and the server goes on.
+Everything else that would reach stdout (library prints, C-level writes) goes to stderr, so stdout
+carries only answers.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from trainer.data import prompt_text
 from trainer.models import LoadedModel, load_for_inference, read_meta
 
-__all__ = ["main_predict", "predict_rows"]
+__all__ = ["main_predict", "main_serve", "predict_rows", "serve"]
 
 
 class PredictInputError(ValueError):
     pass
+
+
+def _parse_row(line: str, task: str) -> dict[str, Any]:
+    """One input row, checked for its task; PredictInputError says what is wrong."""
+    try:
+        row = json.loads(line)
+    except json.JSONDecodeError as e:
+        raise PredictInputError(f"not JSON ({e})") from None
+    if not isinstance(row, dict) or "id" not in row:
+        raise PredictInputError("each row needs an 'id'")
+    if task == "classification" and not isinstance(row.get("text"), str):
+        raise PredictInputError("classification rows need a 'text' string")
+    if task == "causal_lm" and not (isinstance(row.get("prompt"), str) or "messages" in row):
+        raise PredictInputError("causal_lm rows need a 'prompt' string or 'messages'")
+    return row
 
 
 def _read_input(path: Path, task: str) -> list[dict[str, Any]]:
@@ -30,16 +51,9 @@ def _read_input(path: Path, task: str) -> list[dict[str, Any]]:
             if not line.strip():
                 continue
             try:
-                row = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise PredictInputError(f"{path}:{lineno}: not JSON ({e})") from None
-            if not isinstance(row, dict) or "id" not in row:
-                raise PredictInputError(f"{path}:{lineno}: each row needs an 'id'")
-            if task == "classification" and not isinstance(row.get("text"), str):
-                raise PredictInputError(f"{path}:{lineno}: classification rows need a 'text' string")
-            if task == "causal_lm" and not (isinstance(row.get("prompt"), str) or "messages" in row):
-                raise PredictInputError(f"{path}:{lineno}: causal_lm rows need a 'prompt' string or 'messages'")
-            rows.append(row)
+                rows.append(_parse_row(line, task))
+            except PredictInputError as e:
+                raise PredictInputError(f"{path}:{lineno}: {e}") from None
     return rows
 
 
@@ -92,4 +106,56 @@ def main_predict(*, job_dir: Path | None, base_model: Path | None, adapter: Path
         for p in preds:
             fh.write(json.dumps(p, ensure_ascii=False) + "\n")
     tmp.replace(output_path)
+    return 0
+
+
+def serve(loaded: LoadedModel, lines: IO[bytes], out: IO[str], *, max_seq_len: int,
+          max_new_tokens: int = 32) -> int:
+    """Answer each JSON line of `lines` with one JSON line on `out`, flushed; the number answered."""
+    answered = 0
+    for raw in iter(lines.readline, b""):
+        line = raw.decode("utf-8", errors="replace")
+        if not line.strip():
+            continue
+        row_id: Any = None
+        try:
+            row = _parse_row(line, loaded.task)
+            row_id = row["id"]
+            answer = predict_rows(loaded, [row], max_seq_len=max_seq_len, max_new_tokens=max_new_tokens,
+                                  batch_size=1)[0]
+        except PredictInputError as e:
+            answer = {"id": row_id, "error": str(e)}
+        except Exception as e:  # one row must not end the server
+            answer = {"id": row_id, "error": f"{type(e).__name__}: {e}"}
+        out.write(json.dumps(answer, ensure_ascii=False) + "\n")
+        out.flush()
+        answered += 1
+    return answered
+
+
+def main_serve(*, job_dir: Path | None, base_model: Path | None, adapter: Path | None,
+               max_new_tokens: int = 32) -> int:
+    """`predict --serve`: load base model + adapter once, answer stdin until EOF."""
+    if adapter is None:
+        if job_dir is None:
+            print("trainer predict: give --job-dir DIR or --adapter DIR", file=sys.stderr)
+            return 2
+        adapter = job_dir / "adapter"
+    try:
+        meta = read_meta(adapter)
+    except FileNotFoundError as e:
+        print(f"trainer predict: {e}", file=sys.stderr)
+        return 2
+    # stdout carries answers only: anything else printed (Python or C) goes to stderr
+    sys.stdout.flush()
+    answers = os.fdopen(os.dup(1), "w", encoding="utf-8")
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    loaded = load_for_inference(adapter, base_model=base_model)
+    labels = ",".join(loaded.labels or []) or "-"
+    print(f"trainer predict: serving task={loaded.task} labels={labels}", file=sys.stderr, flush=True)
+    n = serve(loaded, sys.stdin.buffer, answers, max_seq_len=int(meta.get("max_seq_len", 256)),
+              max_new_tokens=max_new_tokens)
+    answers.close()
+    print(f"trainer predict: end of input after {n} rows", file=sys.stderr, flush=True)
     return 0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import subprocess
 from collections.abc import Callable
@@ -9,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from trainer.models import minilm_path
-from trainer.predict import main_predict
+from trainer.models import load_for_inference, minilm_path
+from trainer.predict import main_predict, serve
 from trainer.reporting import parse_line
 from trainer.run import run_job
 from trainer.testing import write_causal_job, write_classification_job, write_jsonl
@@ -71,6 +72,16 @@ def test_classification_minilm_nf4_trains_and_predicts(tmp_path: Path, run_train
         assert p["predicted"] in ("negative", "positive")
         assert set(p["scores"]) == {"negative", "positive"}
         assert abs(sum(p["scores"].values()) - 1) < 1e-4
+
+    # the long-lived mode the triage chain keeps loaded answers the same rows the same way
+    # (its protocol over pipes is tested in test_trainer_predict_serve.py)
+    served = io.StringIO()
+    loaded = load_for_inference(job / "adapter", base_model=minilm_path())
+    assert serve(loaded, io.BytesIO(rows.read_bytes()), served, max_seq_len=32) == 2
+    answers = [json.loads(x) for x in served.getvalue().splitlines()]
+    assert [a["predicted"] for a in answers] == [p["predicted"] for p in preds]
+    for a, p in zip(answers, preds, strict=True):
+        assert all(abs(a["scores"][k] - p["scores"][k]) < 1e-4 for k in p["scores"])
 
 
 def test_serving_box_is_refused(tmp_path: Path, tiny_model: Path, run_trainer: Run, trainer_env: Env) -> None:
