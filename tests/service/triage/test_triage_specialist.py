@@ -52,3 +52,28 @@ def test_a_missing_adapter_is_a_clear_failure(tmp_path) -> None:  # type: ignore
         spec.predict(["idle fresh | Segmentation fault"])
     res = TriageChain(specialist=spec).triage("Segmentation fault\n", idle_seconds=5)
     assert res.needs_operator and any("specialist unavailable" in n for n in res.notes)
+
+
+@needs_adapter
+def test_the_serving_specialist_loads_once_for_many_calls_and_agrees_with_the_batch_form() -> None:
+    """Two predict calls on one `trainer predict --serve` process start it once and give the batch form's answers."""
+    from app.triage.specialist import ServingSpecialist
+
+    texts = [digest("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\n", 5.0),
+             digest("RuntimeError: CUDA error: an illegal memory access was encountered\n", 5.0)]
+    batch = TrainerSpecialist(DEFAULT_ADAPTER_DIR).predict(texts)
+    with ServingSpecialist(DEFAULT_ADAPTER_DIR) as served:
+        first = served.predict(texts[:1])
+        second = served.predict(texts[1:])
+        assert served.starts == 1
+    for got, want in zip([*first, *second], batch, strict=True):
+        assert set(got) == set(STATES)
+        assert max(got, key=lambda k: got[k]) == max(want, key=lambda k: want[k])
+
+
+def test_a_serving_specialist_without_an_adapter_fails_clearly(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """A server pointed at an empty directory exits; the caller gets SpecialistFailed naming the cause."""
+    from app.triage.specialist import ServingSpecialist
+
+    with ServingSpecialist(tmp_path / "nothing-here", timeout_s=60) as served, pytest.raises(SpecialistFailed):
+        served.predict(["idle fresh | Segmentation fault"])
