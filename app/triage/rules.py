@@ -130,14 +130,22 @@ _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)
 _HAS_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
 
 
+# torchrun >= 2.2 prefixes every line of a worker's output with "[rankN]: " (older: "[defaultN]:"),
+# which would hide line-anchored shapes such as "TypeError: ..." or "Traceback (most recent ...".
+_RANK_PREFIX = re.compile(r"^\[(?:rank|default)\d+\]:[ ]?", re.MULTILINE)
+
+
 def normalise(text: str, *, max_chars: int = DEFAULT_MAX_CHARS) -> str:
-    """Bound, strip ANSI/control bytes, and turn carriage-return redraws into lines."""
+    """Bound, strip ANSI/control bytes and torchrun's per-rank line prefixes, and turn
+    carriage-return redraws into lines."""
     if len(text) > max_chars:
         text = text[-max_chars:]
     if "\x1b" in text:
         text = _ANSI.sub("", text)
     if "\r" in text:
         text = text.replace("\r\n", "\n").replace("\r", "\n")
+    if "[rank" in text or "[default" in text:
+        text = _RANK_PREFIX.sub("", text)
     return _HAS_CONTROL.sub("", text)
 
 

@@ -246,3 +246,14 @@ def test_training_paraphrases_and_held_out_wordings_are_disjoint() -> None:
         assert not train & {t for ts in held.values() for t in ts}
     built = build(2, per_cell_train=1, per_cell_eval=1, per_cell_ood=2)
     assert {r["framework"] for r in built["train"]}.isdisjoint({"fresh", "custom", "wording"})
+
+
+def test_torchrun_rank_prefixes_do_not_hide_line_anchored_errors() -> None:
+    """'[rank0]: Traceback ...' and '[rank0]: TypeError: ...' read like the unprefixed lines (a bare exception: unsure, guess data_error)."""
+    log = ("[rank0]: Traceback (most recent call last):\n"
+           '[rank0]:   File "/home/axolotl/src/axolotl/cli/train.py", line 125, in <module>\n'
+           "[rank0]: TypeError: None is not a callable object\n")
+    v = classify(log, idle_seconds=30)
+    assert v.guess == "data_error"
+    assert v.evidence[0].startswith("TypeError")
+    assert classify("[rank1]: torch.OutOfMemoryError: CUDA out of memory.\n").state == "oom"
