@@ -3,14 +3,18 @@
     python bench/trainer.py                       # defaults: ~60 s job, 20 s slices
     python bench/trainer.py --steps 400 --slice-seconds 20
 
-One tiny NF4 causal-LM job (a random Qwen2 written on the spot, no downloads), run four ways:
-  1. `python -m trainer run` uninterrupted;
-  2. the same job as slices of --slice-seconds (`--max-seconds`), each a new process that resumes;
-  3. a plain transformers/peft loop over the same model and the same batches (no checkpoints,
+One tiny NF4 causal-LM job (a random Qwen2 written on the spot, no downloads), run these ways:
+  1. `python -m trainer run` uninterrupted, before and after the sliced runs (their mean is the
+     reference, so that a change of the machine's load during the benchmark hits both sides);
+  2. the same job as slices of --slice-seconds, each a new `python -m trainer run --max-seconds`
+     process that resumes (what a control plane does over SSH: every slice pays its own start-up);
+  3. the same job through `python -m trainer slices --slice-seconds`: the imports paid once, each
+     slice a forked child that resumes, trains, checkpoints and exits;
+  4. a plain transformers/peft loop over the same model and the same batches (no checkpoints,
      no logs, no status file), in its own process.
-Reported: wall time of (2) over (1) (every slice pays its own start-up, as on a host), checkpoint
-save and load time (from train.log), peak RSS of each process, and training steps/s of the trainer
-against the plain loop (steps/s counted from the first to the last step, start-up excluded).
+Reported: wall time of (2) and (3) over (1), checkpoint save and load time (from train.log), peak
+RSS of each process, training steps/s of the trainer against the plain loop (steps/s counted from
+the first to the last step, start-up excluded), and the load average around the runs.
 """
 
 from __future__ import annotations
@@ -73,14 +77,19 @@ print(json.dumps({"steps_per_s": (job["max_steps"] - 1) / (time.perf_counter() -
 '''
 
 
-def _run(cmd: list[str], env: dict[str, str]) -> tuple[int, float, float, str]:
-    """(exit code, wall s, peak RSS MiB, stdout) of one process."""
+CPU_S: dict[str, float] = {}  # CPU seconds (user + system) of the last process run per label
+
+
+def _run(cmd: list[str], env: dict[str, str], *, label: str = "") -> tuple[int, float, float, str]:
+    """(exit code, wall s, peak RSS MiB, stdout) of one process; its CPU seconds (children it
+    waited for included, so a `slices` runner counts its slices) are added to CPU_S[label]."""
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     assert proc.stdout is not None
     out = proc.stdout.read()
     _, status, usage = os.wait4(proc.pid, 0)
     proc.returncode = os.waitstatus_to_exitcode(status)
+    CPU_S[label] = CPU_S.get(label, 0.0) + usage.ru_utime + usage.ru_stime
     return proc.returncode, time.perf_counter() - t0, usage.ru_maxrss / 1024, out
 
 
@@ -89,6 +98,29 @@ def _events(job: Path, event: str) -> list[dict[str, str]]:
         return []
     lines = [parse_line(x) for x in (job / "train.log").read_text().splitlines()]
     return [p[2] for p in lines if p is not None and p[1] == event]
+
+
+def _stamp_s(stamp: str) -> float:
+    from datetime import UTC, datetime
+
+    return datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=UTC).timestamp()
+
+
+def _restart_gaps(job: Path) -> list[float]:
+    """Seconds from each slice's `cap` line to the next slice's first `step` line: what a slice
+    boundary costs (exit, start, imports, loading, resume, one step), read off train.log."""
+    if not (job / "train.log").is_file():
+        return []
+    gaps, cap_at = [], None
+    for p in map(parse_line, (job / "train.log").read_text().splitlines()):
+        if p is None:
+            continue
+        if p[1] == "cap":
+            cap_at = _stamp_s(p[0])
+        elif p[1] == "step" and cap_at is not None:
+            gaps.append(_stamp_s(p[0]) - cap_at)
+            cap_at = None
+    return gaps
 
 
 def _steps_per_s(job: Path) -> float:
@@ -129,20 +161,36 @@ def main() -> int:
                                   "lr_schedule": "constant", "warmup_steps": 0, "batch_size": 8, "grad_accum": 1,
                                   "max_seq_len": 64, "eval_file": None, "learning_rate": 1e-3,
                                   "lora": {"r": 8, "alpha": 16, "dropout": 0.0, "target_modules": ["q_proj", "v_proj"]}}
-        whole = write_causal_job(root / "whole", base_model=model, rows=256, **fields)
-        sliced = write_causal_job(root / "sliced", base_model=model, rows=256, **fields)
         trainer = [sys.executable, "-m", "trainer", "run", "--job-dir"]
+        load_before = os.getloadavg()
 
         slices, sliced_s, sliced_rss, whole_s, whole_rss = 0, 0.0, 0.0, float("nan"), 0.0
+        forked_slices, forked_s, wholes = 0, float("nan"), []
         if not args.skip_slices:
-            code, whole_s, whole_rss, _ = _run([*trainer, str(whole)], env)
+            whole = write_causal_job(root / "whole-0", base_model=model, rows=256, **fields)
+            code, wall, whole_rss, _ = _run([*trainer, str(whole)], env, label="whole-0")
             assert code == 0, f"uninterrupted run failed ({code}); see {whole}/train.log"
-        while not args.skip_slices:
-            code, wall, rss, _ = _run([*trainer, str(sliced), "--max-seconds", str(args.slice_seconds)], env)
-            slices, sliced_s, sliced_rss = slices + 1, sliced_s + wall, max(sliced_rss, rss)
-            if code == 0:
-                break
-            assert code == 3 and slices < 100, f"slice failed ({code})"
+            wholes.append(wall)
+            sliced = write_causal_job(root / "sliced", base_model=model, rows=256, **fields)
+            while True:
+                code, wall, rss, _ = _run([*trainer, str(sliced), "--max-seconds", str(args.slice_seconds)], env,
+                                          label="sliced")
+                slices, sliced_s, sliced_rss = slices + 1, sliced_s + wall, max(sliced_rss, rss)
+                if code == 0:
+                    break
+                assert code == 3 and slices < 100, f"slice failed ({code})"
+            forked = write_causal_job(root / "forked", base_model=model, rows=256, **fields)
+            code, forked_s, rss, _ = _run([sys.executable, "-m", "trainer", "slices", "--job-dir", str(forked),
+                                           "--slice-seconds", str(args.slice_seconds)], env, label="forked")
+            assert code == 0, f"slices runner failed ({code}); see {forked}/train.log"
+            forked_slices = len(_events(forked, "start"))
+            sliced_rss = max(sliced_rss, rss)
+            again = write_causal_job(root / "whole-1", base_model=model, rows=256, **fields)
+            code, wall, rss, _ = _run([*trainer, str(again)], env, label="whole-1")
+            assert code == 0, f"uninterrupted run failed ({code}); see {again}/train.log"
+            wholes.append(wall)
+            whole_rss, whole_s = max(whole_rss, rss), statistics.mean(wholes)
+        load_after_slices = os.getloadavg()
         # Steps/s: trainer and plain loop alternate (A B A B ...) on a shorter job, best of each,
         # so that load from other processes on the machine hits both alike.
         trainer_runs, plain_runs, plain_rss = [], [], 0.0
@@ -159,12 +207,25 @@ def main() -> int:
             plain_rss = max(plain_rss, rss)
         plain_sps = max(plain_runs)
 
-        saves = [float(e["save_s"]) for e in _events(whole, "checkpoint") + _events(sliced, "checkpoint")]
-        loads = [float(e["load_s"]) for e in _events(sliced, "resume")]
+        jobs = [root / n for n in ("whole-0", "sliced", "forked", "whole-1")]
+        saves = [float(e["save_s"]) for j in jobs for e in _events(j, "checkpoint")]
+        loads = [float(e["load_s"]) for j in jobs for e in _events(j, "resume")]
         trainer_sps = max(trainer_runs)
+        gaps_run, gaps_forked = _restart_gaps(root / "sliced"), _restart_gaps(root / "forked")
         result = {
             "steps": args.steps, "slices": slices, "uninterrupted_s": round(whole_s, 2),
+            "uninterrupted_runs_s": [round(w, 2) for w in wholes],
             "sliced_s": round(sliced_s, 2), "wall_ratio": round(sliced_s / whole_s, 3) if slices else None,
+            "forked_slices": forked_slices, "forked_s": round(forked_s, 2),
+            "forked_wall_ratio": round(forked_s / whole_s, 3) if forked_slices else None,
+            "cpu_s_uninterrupted_runs": [round(CPU_S.get(k, 0.0), 2) for k in ("whole-0", "whole-1")],
+            "cpu_s_run_per_slice": round(CPU_S.get("sliced", 0.0), 2),
+            "cpu_s_slices_runner": round(CPU_S.get("forked", 0.0), 2),
+            "restart_gap_median_s_run": round(statistics.median(gaps_run), 3) if gaps_run else None,
+            "restart_gap_median_s_slices": round(statistics.median(gaps_forked), 3) if gaps_forked else None,
+            "loadavg_1_5_15_before": [round(x, 2) for x in load_before],
+            "loadavg_1_5_15_after_slices": [round(x, 2) for x in load_after_slices],
+            "loadavg_1_5_15_end": [round(x, 2) for x in os.getloadavg()],
             "checkpoint_save_median_s": round(statistics.median(saves), 4) if saves else None,
             "checkpoint_load_median_s": round(statistics.median(loads), 4) if loads else None,
             "peak_rss_mib_trainer": round(max(whole_rss, sliced_rss), 1), "peak_rss_mib_plain": round(plain_rss, 1),
@@ -180,9 +241,21 @@ def main() -> int:
           f"checkpoint every {args.checkpoint_every}, CPU, {args.threads} thread(s) per process\n")
     print("| measure | value | target |")
     print("|---|---|---|")
-    print(f"| uninterrupted wall s | {result['uninterrupted_s']} | |")
-    print(f"| {slices} slices of {args.slice_seconds:g} s, wall s | {result['sliced_s']} | |")
-    print(f"| wall ratio sliced / uninterrupted | {result['wall_ratio']} | <= 1.10 |")
+    print(f"| uninterrupted wall s (mean of runs before and after the sliced ones) | {result['uninterrupted_s']} "
+          f"({' / '.join(str(w) for w in result['uninterrupted_runs_s'])}) | |")
+    print(f"| `run` per slice: {slices} processes of {args.slice_seconds:g} s, wall s | {result['sliced_s']} | |")
+    print(f"| wall ratio, `run` per slice / uninterrupted | {result['wall_ratio']} | <= 1.10 |")
+    print(f"| `slices` runner: {forked_slices} forked slices of {args.slice_seconds:g} s, wall s "
+          f"| {result['forked_s']} | |")
+    print(f"| wall ratio, `slices` runner / uninterrupted | {result['forked_wall_ratio']} | <= 1.10 |")
+    cpu_whole = statistics.mean(result["cpu_s_uninterrupted_runs"]) if slices else float("nan")
+    print(f"| CPU s (user + system): uninterrupted ({' / '.join(str(c) for c in result['cpu_s_uninterrupted_runs'])}) "
+          f"/ `run` per slice / `slices` runner | {round(cpu_whole, 2)} / {result['cpu_s_run_per_slice']} / "
+          f"{result['cpu_s_slices_runner']} | |")
+    print(f"| CPU ratio, `run` per slice / uninterrupted | {round(result['cpu_s_run_per_slice'] / cpu_whole, 3)} | |")
+    print(f"| CPU ratio, `slices` runner / uninterrupted | {round(result['cpu_s_slices_runner'] / cpu_whole, 3)} | |")
+    print(f"| slice boundary (cap line to the next slice's first step), median s: `run` per slice / "
+          f"`slices` runner | {result['restart_gap_median_s_run']} / {result['restart_gap_median_s_slices']} | |")
     print(f"| checkpoint save, median s | {result['checkpoint_save_median_s']} | |")
     print(f"| checkpoint load (resume), median s | {result['checkpoint_load_median_s']} | |")
     print(f"| peak RSS trainer / plain loop MiB | {result['peak_rss_mib_trainer']} / {result['peak_rss_mib_plain']} | |")
@@ -190,6 +263,9 @@ def main() -> int:
           f"| {result['trainer_steps_per_s']} / {result['plain_steps_per_s']} | |")
     print(f"| steps/s runs trainer; plain | {result['trainer_steps_per_s_runs']}; {result['plain_steps_per_s_runs']} | |")
     print(f"| steps/s ratio | {result['steps_per_s_ratio']} | >= 0.95 |")
+    print(f"| load average (1, 5, 15 min) before / after the sliced runs / at the end "
+          f"| {result['loadavg_1_5_15_before']} / {result['loadavg_1_5_15_after_slices']} / "
+          f"{result['loadavg_1_5_15_end']} | |")
     return 0
 
 
