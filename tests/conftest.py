@@ -17,6 +17,7 @@ import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -97,16 +98,30 @@ def th_home(tmp_path: Path) -> Path:
     return home
 
 
+_redis_dbs: Any = None
+
+
 @pytest.fixture
 def th_env(th_home: Path, redis_url: str) -> dict[str, str]:
-    """Environment for a tuneharness subprocess: private home, SQLite, the session's Redis."""
+    """Environment for a tuneharness subprocess: private home, SQLite, a flushed database of the
+    session's Redis (so no test's leftover tasks or beat lock reach the next test's worker)."""
+    import itertools
+
+    import redis as redis_client
+
+    global _redis_dbs
+    if _redis_dbs is None:
+        _redis_dbs = itertools.cycle(range(1, 16))
+    db = next(_redis_dbs)
+    broker = f"{redis_url.rsplit('/', 1)[0]}/{db}"
+    redis_client.Redis.from_url(broker).flushdb()
     env = dict(os.environ)
     for k in list(env):
         if k.startswith(("TUNEHARNESS_", "VAST_", "RUNPOD_")):
             del env[k]
     env.update(
         TUNEHARNESS_HOME=str(th_home),
-        TUNEHARNESS_BROKER_URL=redis_url,
+        TUNEHARNESS_BROKER_URL=broker,
         HF_HUB_OFFLINE="1",
         TRANSFORMERS_OFFLINE="1",
         PYTHONPATH=str(REPO),

@@ -72,11 +72,11 @@ def test_frozen_fatal_and_stale_hosts_are_caught_and_the_job_lands_on_the_health
             return str(jobs[0]["phase"])
 
         def settled() -> bool:
-            return phase() in ("training", "failed") or b"raised unexpected" in worker.log.read_bytes()
+            return phase() in ("training", "failed")
 
         assert wait_until(settled, timeout_s=240, interval_s=2.0), (
             worker.log.read_text(errors="replace")[-3000:])
-        assert phase() == "training"
+        assert phase() == "training", worker.log.read_text(errors="replace")[-4000:]
 
         rows = json.loads(cli("ledger", "show", "--json", "--job", job_id).stdout)
         destroyed = {r["machine"]: r for r in rows if r["kind"] == "instance_destroyed"}
