@@ -21,7 +21,7 @@ def test_submit_records_and_enqueues(th_env: dict[str, str], tmp_path: Path, red
     text = text.replace("data/eval.jsonl", str(ROOT / "examples" / "data" / "eval.jsonl"))
     job.write_text(text.split("\ngate:")[0] + "\n")  # without its gate: one job, one run (see test_submit_gated.py)
     (tmp_path / "model").mkdir()
-    r = redis.Redis.from_url(redis_url)
+    r = redis.Redis.from_url(th_env["TUNEHARNESS_BROKER_URL"])
     before = r.llen("provision")
 
     def cli(*args: str) -> subprocess.CompletedProcess[str]:

@@ -21,7 +21,7 @@ def test_a_gated_job_is_submitted_as_one_run_per_seed(th_env: dict[str, str], tm
         text = text.replace(rel, str(ROOT / "examples" / rel))
     job.write_text(text)
     (tmp_path / "model").mkdir()
-    r = redis.Redis.from_url(redis_url)
+    r = redis.Redis.from_url(th_env["TUNEHARNESS_BROKER_URL"])
     before = r.llen("provision")
 
     def cli(*args: str) -> subprocess.CompletedProcess[str]:
