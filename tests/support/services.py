@@ -110,3 +110,15 @@ class CeleryWorker:
             except subprocess.TimeoutExpired:
                 os.killpg(self.proc.pid, signal.SIGKILL)
                 self.proc.wait(timeout=10)
+
+
+def celery_client(env: Mapping[str, str]):  # type: ignore[no-untyped-def]
+    """A Celery client configured exactly as the workers are, from a test's environment."""
+    from celery import Celery
+
+    from app.settings import load_settings
+    from workers.config import build_config
+
+    app = Celery("test-client")
+    app.conf.update(build_config(load_settings(env)))
+    return app

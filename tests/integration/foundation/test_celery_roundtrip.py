@@ -6,18 +6,7 @@ import os
 import sys
 from pathlib import Path
 
-from support.services import CeleryWorker
-
-
-def _client(env: dict[str, str]):  # type: ignore[no-untyped-def]
-    from celery import Celery
-
-    from app.settings import load_settings
-    from workers.config import build_config
-
-    app = Celery("test-client")
-    app.conf.update(build_config(load_settings(env)))
-    return app
+from support.services import CeleryWorker, celery_client
 
 
 def _ledger(env: dict[str, str]):  # type: ignore[no-untyped-def]
@@ -32,7 +21,7 @@ def _ledger(env: dict[str, str]):  # type: ignore[no-untyped-def]
 
 def test_ping_round_trip(celery_worker: CeleryWorker, th_env: dict[str, str]) -> None:
     """A task sent by name to the maintenance queue comes back with its result."""
-    client = _client(th_env)
+    client = celery_client(th_env)
     result = client.send_task("tuneharness.maintenance.ping", args=["hello"], queue="maintenance")
     assert result.get(timeout=60) == "hello"
 
@@ -41,7 +30,7 @@ def test_every_queue_is_consumed_and_a_retried_sweep_records_once(
     celery_worker: CeleryWorker, th_env: dict[str, str]
 ) -> None:
     """Tasks routed to each queue run; the heartbeat records beat liveness in the database."""
-    client = _client(th_env)
+    client = celery_client(th_env)
     assert client.send_task("tuneharness.maintenance.heartbeat", queue="maintenance").get(timeout=60) > 0
     for name in ("tuneharness.maintenance.reaper", "tuneharness.maintenance.reaper"):
         assert client.send_task(name, queue="maintenance").get(timeout=60)["stopped"] == []

@@ -16,7 +16,7 @@ from app.services.guardrails import sweep_reconcile
 from app.settings import load_settings
 from providers.fakes import FakeVast
 from providers.vast import VastMarket
-from support.services import CeleryWorker, wait_until
+from support.services import CeleryWorker, celery_client, wait_until
 
 REPO = Path(__file__).resolve().parents[3]
 SPEC = LaunchSpec(image="tuneharness/trainer:cpu", disk_gb=20, label="", ssh_public_key="ssh-ed25519 AAAA test")
@@ -29,14 +29,6 @@ def vast() -> FakeVast:
         yield fake  # type: ignore[misc]
 
 
-def _client(env: dict[str, str]):  # type: ignore[no-untyped-def]
-    from celery import Celery
-
-    from workers.config import build_config
-
-    app = Celery("test-client")
-    app.conf.update(build_config(load_settings(env)))
-    return app
 
 
 def _setup(th_env: dict[str, str], vast: FakeVast, tmp_path: Path) -> tuple[dict[str, str], Rentals, VastMarket]:
@@ -68,7 +60,7 @@ def test_kill_9_at_each_step_of_a_create_never_creates_twice(
     env, rentals, market = _setup(th_env, vast, tmp_path)
     env["TUNEHARNESS_CHAOS_KILL_AT"] = step
     worker = CeleryWorker.start(env, cwd=REPO, queues="provision", concurrency=2, name=f"chaos-{step}")
-    client = _client(env)
+    client = celery_client(env)
     try:
         ids = [_plan(rentals, market, vast, f"job-{step.replace('_', '')}-{i}") for i in range(ROUNDS)]
         for rid in ids:
@@ -100,7 +92,7 @@ def test_a_worker_killed_whole_after_the_provider_accepted_is_caught_by_one_reco
     env.update(TUNEHARNESS_CHAOS_KILL_AT="after_provider_accepted", TUNEHARNESS_CHAOS_WHOLE_WORKER="1")
     worker = CeleryWorker.start(env, cwd=REPO, queues="provision", concurrency=1, name="chaos-whole")
     rid = _plan(rentals, market, vast, "job-whole")
-    _client(env).send_task("tuneharness.provision.rent", args=[rid], queue="provision")
+    celery_client(env).send_task("tuneharness.provision.rent", args=[rid], queue="provision")
     assert wait_until(lambda: worker.proc.poll() is not None, timeout_s=120)
     assert len(vast.instances) == 1 and rentals.get(rid).instance_id is None  # type: ignore[union-attr]
     report = sweep_reconcile(rentals, {"vast": market}, now=1e12, orphan_grace_s=240)

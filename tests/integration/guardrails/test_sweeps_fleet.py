@@ -15,20 +15,12 @@ from app.rentals import Rentals
 from app.settings import load_settings
 from providers.fakes import FakeVast
 from providers.vast import VastMarket
-from support.services import CeleryWorker, wait_until
+from support.services import CeleryWorker, celery_client, wait_until
 
 REPO = Path(__file__).resolve().parents[3]
 SPEC = LaunchSpec(image="img", disk_gb=20, label="", ssh_public_key="ssh-ed25519 AAAA t")
 
 
-def _client(env: dict[str, str]):  # type: ignore[no-untyped-def]
-    from celery import Celery
-
-    from workers.config import build_config
-
-    app = Celery("test-client")
-    app.conf.update(build_config(load_settings(env)))
-    return app
 
 
 @pytest.fixture
@@ -61,7 +53,7 @@ def test_two_watchdogs_reapers_and_reconcilers_at_once_stop_each_instance_once(f
         rentals.note_utilisation(r.id, gpu_util=0.0, idle_since=long_ago)
     worker = CeleryWorker.start(env, cwd=REPO, queues="maintenance", concurrency=6, name="sweeps")
     try:
-        client = _client(env)
+        client = celery_client(env)
         names = ["idle_watchdog", "reaper", "reconcile"] * 2
         results = [client.send_task(f"tuneharness.maintenance.{n}", queue="maintenance") for n in names]
         for res in results:
@@ -101,7 +93,7 @@ def test_twenty_concurrent_creates_against_a_budget_that_fits_two(fleet) -> None
         t.join(timeout=60)
     worker = CeleryWorker.start(env, cwd=REPO, queues="provision", concurrency=2, name="creates")
     try:
-        client = _client(env)
+        client = celery_client(env)
         for res in [client.send_task("tuneharness.provision.rent", args=[p], queue="provision") for p in planned]:
             res.get(timeout=120)
     finally:
