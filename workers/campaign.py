@@ -66,6 +66,7 @@ from app.policy.provisioning import (
     decide,
     guarded_config,
     hand_over,
+    hedge_width,
     naive_config,
     new_job,
     oracle_config,
@@ -79,7 +80,7 @@ from app.policy.reputation import (
     record_preflight_passed,
     record_slice_finished,
 )
-from app.policy.retry import HeldHost
+from app.policy.retry import HeldHost, standby_pool_size
 from providers.sim.clock import VirtualClock
 from providers.sim.market import SimMarket
 from providers.sim.trace import HostTruth, Trace, load_trace
@@ -100,6 +101,7 @@ MAX_SIM_S = 30 * 24 * 3600.0
 BUDGET_CHECK_S = 30.0  # the budget monitor's period
 BUDGET_GUARD_S = 90.0  # stop when what bills now would cross the cap within this long
 POOL_CHECK_S = 30.0  # held hosts are polled this often (one that vanished is dropped)
+DEFAULT_REFILL_S = 600.0  # how long a standby refill is assumed to take before any host was verified
 
 
 def is_dead_host(truth: HostTruth, *, offered_gpu: str, offered_ram_gb: float, pull_s: float) -> str | None:
@@ -233,6 +235,14 @@ class _Campaign:
         self.recovery_facts: list[dict[str, float]] = []
         self.loss_noticed: dict[str, float] = {}  # job -> when its lost/hung host was stopped
         self.ledger: list[dict[str, Any]] = []
+        # The loss rate of verified hosts, as the driver observes it: hosts at risk since when,
+        # exposure of those gone, losses (lost or hung while training or waiting), and how long
+        # each verified host took from its create.
+        self.at_risk_since: dict[str, float] = {}
+        self.exposure_s = 0.0
+        self.losses = 0
+        self.verify_s: list[float] = []
+        self.pool_size = self.cfg.standby_hosts
         self.finished: set[str] = set()
         self.failed: dict[str, str] = {}
 
@@ -302,7 +312,35 @@ class _Campaign:
         counting `besides` of the held hosts."""
         if self.cfg.standby_hosts <= 0 or self._real_jobs_over() or self.budget_stopped:
             return 0
-        return max(0, self.cfg.standby_hosts - (len(self.held) - besides))
+        return max(0, self._pool_target() - (len(self.held) - besides))
+
+    def _pool_target(self) -> int:
+        """The standby pool's size: `standby_hosts`, grown while the observed loss rate says a
+        second loss would likely come before an adopted standby's refill is verified."""
+        cfg = self.cfg
+        now = self.clock.now()
+        exposure = self.exposure_s + sum(now - t for t in self.at_risk_since.values())
+        refill = statistics.median(self.verify_s) if self.verify_s else DEFAULT_REFILL_S
+        at_most = cfg.standby_hosts_max if cfg.standby_hosts_max is not None else 2 * cfg.standby_hosts
+        size = standby_pool_size(
+            configured=cfg.standby_hosts, at_most=at_most, losses=self.losses, exposure_s=exposure,
+            hosts_at_risk=len(self.at_risk_since), refill_s=refill, miss_p=cfg.standby_miss_p,
+        )
+        if size != self.pool_size:
+            self.pool_size = size
+            self._log("standby_pool", size=size, losses=self.losses, exposure_s=round(exposure, 1),
+                      hosts_at_risk=len(self.at_risk_since), refill_s=round(refill, 1))
+        return size
+
+    def _at_risk(self, iid: str) -> None:
+        """A verified host (training or waiting) is now exposed to being lost."""
+        self.at_risk_since.setdefault(iid, self.clock.now())
+
+    def _off_risk(self, iid: str, *, lost: bool) -> None:
+        since = self.at_risk_since.pop(iid, None)
+        if since is not None:
+            self.exposure_s += self.clock.now() - since
+            self.losses += lost
 
     def _job_of_instance(self, iid: str) -> str | None:
         for job_id, job in self.jobs.items():
@@ -329,10 +367,14 @@ class _Campaign:
         return any(self.jobs[j].lost_at is not None for j in self.real_jobs if self.jobs[j].phase not in ("done", "failed"))
 
     def _top_up_standby(self) -> None:
-        # Each missing host is provisioned by `recovery_hedge` parallel chains (a dud on one chain
-        # does not leave the pool empty for long); chains no longer needed stop between attempts.
+        # Each missing host is provisioned by parallel chains, as many as the observed dud rate asks
+        # (`hedge_width`: a dud on one chain does not leave the pool empty for long); chains no
+        # longer needed stop between attempts.
+        missing = self._pool_missing()
+        if missing <= 0:
+            return
         pending = sum(1 for j in self.standby_ids if self.jobs[j].phase not in ("done", "failed"))
-        for _ in range(self._pool_missing() * max(1, self.cfg.recovery_hedge) - pending):
+        for _ in range(missing * hedge_width(self.cfg, self.records) - pending):
             self._wake(self._new_standby_job(), self.clock.now())
 
     def _offer_to_recoveries(self) -> None:
@@ -389,6 +431,7 @@ class _Campaign:
 
     def _drop_held(self, h: HeldHost, evidence: str) -> None:
         self.held.pop(h.instance_id, None)
+        self._off_risk(h.instance_id, lost=True)
         self._stop_instance(h.instance_id, reason="lost", evidence=evidence)
         self._record(Record(h.machine_id, h.provider, "failure", "lost", evidence))
 
@@ -546,6 +589,7 @@ class _Campaign:
         elif isinstance(act, Stop):
             if act.reason in ("lost", "hang"):
                 self.loss_noticed[act.job_id] = now
+                self._off_risk(act.instance_id, lost=True)
             self.live.pop(act.instance_id, None)
             self._stop_instance(act.instance_id, reason=act.reason, evidence=act.evidence, job=act.job_id)
         elif isinstance(act, Record):
@@ -574,6 +618,9 @@ class _Campaign:
             if not self.held:
                 self._push(now + POOL_CHECK_S, "pool_check", "")
             self.held[host.instance_id] = host
+            if host.instance_id not in self.at_risk_since:  # a standby job's host, just verified
+                self.verify_s.append(now - self._instance_created_at(host.instance_id, now))
+            self._at_risk(host.instance_id)
             live = self.live.get(act.host.instance_id)
             if live is not None:  # what the hold may still bill
                 live.reserved_usd = self.referee.bill(act.host.instance_id).total_usd + act.host.dph_total * min(
@@ -691,6 +738,9 @@ class _Campaign:
         )
         self.trainers[iid] = tr
         self.all_trainers.append(tr)
+        if iid not in self.at_risk_since and self.jobs[act.job_id].attempt is not None:
+            self.verify_s.append(now - first_create)
+        self._at_risk(iid)
         self._log("training_started", job=act.job_id, instance=iid, resume_from_work_s=act.resume_from_work_s)
 
     def _instance_created_at(self, iid: str, default: float) -> float:
@@ -703,6 +753,7 @@ class _Campaign:
             self.trainer_stops[id(tr)] = self.clock.now()
 
     def _stop_instance(self, iid: str, *, reason: str, evidence: str, job: str = "") -> None:
+        self._off_risk(iid, lost=False)
         self.live.pop(iid, None)
         span = self.standby_spans.get(iid)
         if span is not None and span[1] is None:

@@ -52,10 +52,11 @@ from app.policy.ranking import (
     ReliabilityFloor,
     Requirements,
     machine_key,
+    market_delivery_rate,
     rank_offers,
 )
 from app.policy.reputation import MachineRecord
-from app.policy.retry import HeldHost, backoff_s, may_create, pick_held_host
+from app.policy.retry import HeldHost, backoff_s, hedge_chains, may_create, pick_held_host
 
 __all__ = [
     "Action",
@@ -87,6 +88,7 @@ __all__ = [
     "decide",
     "guarded_config",
     "hand_over",
+    "hedge_width",
     "naive_config",
     "new_job",
     "oracle_config",
@@ -122,7 +124,17 @@ class ProvisioningConfig:
     # one instead of pulling the image again. The driver provisions them as standby jobs.
     standby_hosts: int = 0
     standby_hold_s: float = 6 * 3600.0  # a standby host's hold; the driver renews or releases it
-    recovery_hedge: int = 3  # parallel provisioning chains for a recovery with no verified host waiting
+    recovery_hedge: int = 3  # parallel provisioning chains for a recovery with no verified host waiting (at least)
+    # ... widened, up to recovery_hedge_max, until P(some chain's first rental delivers) reaches
+    # hedge_first_try_p at the delivery rate observed on the marketplace (retry.hedge_chains).
+    recovery_hedge_max: int = 6
+    hedge_first_try_p: float = 0.9
+    # The standby pool grows past standby_hosts (up to standby_hosts_max; None: twice
+    # standby_hosts) while the loss rate observed on verified hosts makes it likely (above
+    # standby_miss_p) that another loss comes before an adopted standby's refill is verified
+    # (retry.standby_pool_size). standby_hosts=0 keeps no pool at all.
+    standby_hosts_max: int | None = None
+    standby_miss_p: float = 0.2
 
 
 def guarded_config() -> ProvisioningConfig:
@@ -491,9 +503,25 @@ def _on_tick(job: JobState, obs: Tick, now: float, cfg: ProvisioningConfig) -> t
     )
     acts: list[Action] = [Create(job.job_id, pick.offer, why)]
     if job.lost_at is not None and job.failures_in_row == 0 and cfg.recovery_hedge > 1 and not job.standby:
-        # The first create of a recovery with no verified host waiting: hedge.
-        acts.append(WantStandby(job.job_id, cfg.recovery_hedge - 1, "recovery with no verified host waiting"))
+        # The first create of a recovery with no verified host waiting: hedge, as widely as the
+        # marketplace's observed dud rate asks.
+        chains = hedge_width(cfg, obs.view.records)
+        acts.append(WantStandby(
+            job.job_id, chains - 1, f"recovery with no verified host waiting: {chains} parallel chains"
+        ))
     return job, acts
+
+
+def hedge_width(cfg: ProvisioningConfig, records: Mapping[str, MachineRecord]) -> int:
+    """Parallel provisioning chains for a host someone waits for (a recovery, a standby refill):
+    `recovery_hedge` at least, widened up to `recovery_hedge_max` until P(some chain's first rental
+    delivers) >= `hedge_first_try_p` at the delivery rate observed on this marketplace."""
+    if cfg.recovery_hedge <= 1:
+        return max(1, cfg.recovery_hedge)
+    return hedge_chains(
+        delivery_rate=market_delivery_rate(records), first_try_p=cfg.hedge_first_try_p,
+        at_least=cfg.recovery_hedge, at_most=cfg.recovery_hedge_max,
+    )
 
 
 def hand_over(job: JobState, *, standby_id: str) -> tuple[JobState, JobState] | None:

@@ -10,6 +10,7 @@ recovery adopts it and skips the image pull), and a fresh job does not take it.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -21,8 +22,10 @@ __all__ = [
     "HeldHost",
     "backoff_s",
     "expired_holds",
+    "hedge_chains",
     "may_create",
     "pick_held_host",
+    "standby_pool_size",
 ]
 
 DEFAULT_HOLD_S = 600.0
@@ -41,6 +44,59 @@ def backoff_s(
         return 0.0
     raw = min(cap_s, base_s * factor ** (failures - 2))
     return raw * (0.5 + min(max(jitter_u, 0.0), 1.0))
+
+
+def hedge_chains(*, delivery_rate: float, first_try_p: float, at_least: int, at_most: int) -> int:
+    """How many parallel provisioning chains a job that waits should run: the fewest that make
+    P(at least one chain's first rental delivers) >= `first_try_p` when each rental delivers with
+    probability `delivery_rate` (the rate observed on this marketplace), between `at_least` and
+    `at_most`. On a market where 7 rentals in 10 are duds, three chains leave a one-in-three chance
+    that every first attempt fails and the job waits a second pull; six bring it under one in eight.
+    """
+    lo = max(1, at_least)
+    hi = max(lo, at_most)
+    p = min(max(delivery_rate, 0.0), 1.0)
+    if p >= 1.0 or first_try_p <= 0.0:
+        return lo
+    if p <= 0.0 or first_try_p >= 1.0:
+        return hi
+    need = math.ceil(math.log(1.0 - first_try_p) / math.log(1.0 - p) - 1e-9)
+    return min(hi, max(lo, need))
+
+
+def standby_pool_size(
+    *, configured: int, at_most: int, losses: int, exposure_s: float, hosts_at_risk: int, refill_s: float,
+    miss_p: float, prior_exposure_s: float = 3600.0,
+) -> int:
+    """How many warm standby hosts to keep: `configured` at least, more (up to `at_most`) while the
+    loss rate observed on verified hosts says a recovery would likely find the pool empty.
+
+    Losses arrive at rate `losses / (exposure_s + prior_exposure_s)` per verified host (a loss is
+    a host lost or hung while it trained or waited; no loss seen: no growth). When a recovery
+    adopts a standby, its refill takes about `refill_s`; the further losses among `hosts_at_risk`
+    in that window are Poisson(m), m = rate x hosts x refill. The pool is the smallest n with
+    P(at least n further losses before the refill is verified) <= `miss_p`: each of them would wait
+    a whole image pull.
+    """
+    lo = max(0, configured)
+    hi = max(lo, at_most)
+    if lo == 0 or losses <= 0 or hosts_at_risk <= 0 or refill_s <= 0:
+        return lo
+    m = losses / (max(exposure_s, 0.0) + max(prior_exposure_s, 1e-9)) * hosts_at_risk * refill_s
+    n = lo
+    while n < hi and _poisson_at_least(n, m) > miss_p:
+        n += 1
+    return n
+
+
+def _poisson_at_least(k: int, m: float) -> float:
+    """P(N >= k) for N ~ Poisson(m)."""
+    term = math.exp(-m)
+    below = 0.0
+    for i in range(k):
+        below += term
+        term *= m / (i + 1)
+    return max(0.0, 1.0 - below)
 
 
 def may_create(*, creates_so_far: int, max_creates: int) -> bool:

@@ -71,7 +71,7 @@ def test_generated_recovery_traces_meet_the_targets_without_standby(seed: int) -
     check_recovery_targets(parse_trace(recovery(seed)), standby_hosts=0)
 
 
-@pytest.mark.parametrize("seed", [1, 2])
+@pytest.mark.parametrize("seed", [1, 2, 11, 16, 19, 28])
 def test_generated_recovery_traces_meet_the_targets_with_one_standby(seed: int) -> None:
     """With one warm standby host the median recovery is under 90 s on generated traces too."""
     check_recovery_targets(parse_trace(recovery(seed)), standby_hosts=1)
@@ -127,3 +127,29 @@ def _bill_end(res: CampaignResult, iid: str) -> float | None:
     """When the ledger saw the instance stopped as lost, if it did."""
     ends = [e["t_s"] for e in res.ledger if e["kind"] == "stopped" and e["instance"] == iid and e["reason"] == "lost"]
     return min(ends) if ends else None
+
+
+def test_a_recovery_on_a_dud_heavy_market_hedges_wider_than_the_minimum() -> None:
+    """On the marketplace trace (most rentals are duds), a recovery with no verified host waiting
+    runs more parallel chains than recovery_hedge, sized from the delivery rate observed so far."""
+    res, c = campaign(load_trace("marketplace"))
+    hedges: dict[str, int] = {}
+    for e in res.ledger:
+        if e["kind"] == "standby_wanted" and e["hedge_for"]:
+            hedges[e["hedge_for"]] = hedges.get(e["hedge_for"], 0) + 1
+    assert hedges and all(n + 1 > c.cfg.recovery_hedge for n in hedges.values())
+    assert all(n + 1 <= c.cfg.recovery_hedge_max for n in hedges.values())
+
+
+def test_the_standby_pool_grows_only_after_losses_and_its_cost_is_in_the_receipt() -> None:
+    """With one standby host asked for, the pool grows to two only once hosts were seen lost often
+    enough that another loss during a refill is likely; the extra host's bill is in standby_cost_usd."""
+    res, _ = campaign(parse_trace(recovery(11)), standby_hosts=1)
+    grown = [e for e in res.ledger if e["kind"] == "standby_pool" and e["size"] == 2]
+    assert grown and all(e["losses"] >= 1 for e in grown)
+    assert max(e["size"] for e in res.ledger if e["kind"] == "standby_pool") <= 2
+    first_loss = min(e["t_s"] for e in res.ledger if e["kind"] == "stopped" and e["reason"] == "lost")
+    assert min(e["t_s"] for e in grown) >= first_loss
+    assert 0 < res.receipt["standby_cost_usd"] <= res.receipt["total_cost_usd"]
+    plain, _ = campaign(parse_trace(recovery(11)))
+    assert not [e for e in plain.ledger if e["kind"] == "standby_pool"]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from app.market import Instance, Offer
 from app.policy.preflight import PreflightReport
 from app.policy.provisioning import (
@@ -259,11 +261,42 @@ def test_standby_hosts_are_kept_for_recoveries() -> None:
     assert acts == [Adopt("job-1", standby)]
 
 
-def test_a_recovery_with_no_verified_host_hedges_with_parallel_standby_jobs() -> None:
-    """The first create of a recovery asks the driver for recovery_hedge - 1 standby jobs."""
-    _, acts = decide(lost(), Tick(MarketView(offers=[offer("b")])), 710.0, cfg=CFG)
+def _records(delivered: int, duds: int) -> dict[str, MachineRecord]:
+    """Our record of a marketplace: `delivered` machines that passed the preflight, `duds` that failed it."""
+    recs = {f"g{i}": MachineRecord(machine_id=f"g{i}", provider="sim", creates=1, booted=1, preflight_passed=1)
+            for i in range(delivered)}
+    for i in range(duds):
+        recs[f"d{i}"] = record_failure(MachineRecord(machine_id=f"d{i}", provider="sim", creates=1), reason="no_compute",
+                                       now=0.0)
+    return recs
+
+
+def _hedge(records: dict[str, MachineRecord]) -> int:
+    _, acts = decide(lost(), Tick(MarketView(offers=[offer("b")], records=records)), 710.0, cfg=CFG)
     want = [a for a in acts if isinstance(a, WantStandby)]
-    assert isinstance(acts[0], Create) and len(want) == 1 and want[0].count == CFG.recovery_hedge - 1
+    assert isinstance(acts[0], Create) and len(want) == 1
+    return want[0].count + 1
+
+
+def test_a_recovery_with_no_verified_host_hedges_with_parallel_standby_jobs() -> None:
+    """The first create of a recovery asks the driver for standby jobs: recovery_hedge chains in all
+    at least, and more on a marketplace where we have seen most rentals fail."""
+    reliable, unknown, hostile = _hedge(_records(40, 2)), _hedge({}), _hedge(_records(4, 20))
+    assert reliable == CFG.recovery_hedge
+    assert CFG.recovery_hedge <= unknown < hostile == CFG.recovery_hedge_max
+
+
+def test_a_first_create_that_is_not_a_recovery_does_not_hedge() -> None:
+    """A fresh job (nobody's work is waiting) rents one host at a time, whatever the dud rate."""
+    _, acts = decide(job(), Tick(MarketView(offers=[offer("b")], records=_records(2, 20))), 10.0, cfg=CFG)
+    assert not any(isinstance(a, WantStandby) for a in acts)
+
+
+def test_naive_never_hedges() -> None:
+    """The naive renter has one chain per job, even in a recovery."""
+    j = replace(job(), lost_at=700.0, lost_cause="lost", lost_machine="m-x")
+    _, acts = decide(j, Tick(MarketView(offers=[offer("b")], records=_records(2, 20))), 710.0, cfg=naive_config())
+    assert not any(isinstance(a, WantStandby) for a in acts)
 
 
 def test_hand_over_gives_a_booting_replacement_to_a_standby_job() -> None:

@@ -3,7 +3,15 @@
 from __future__ import annotations
 
 from app.policy.ranking import Requirements
-from app.policy.retry import HeldHost, backoff_s, expired_holds, may_create, pick_held_host
+from app.policy.retry import (
+    HeldHost,
+    backoff_s,
+    expired_holds,
+    hedge_chains,
+    may_create,
+    pick_held_host,
+    standby_pool_size,
+)
 
 
 def test_backoff_grows_and_is_capped() -> None:
@@ -46,3 +54,33 @@ def test_standby_hosts_go_only_to_recovering_jobs() -> None:
     standby = HeldHost("i-1", "m-1", "sim", "RTX 3090", 24, 1, 0.2, 0.0, 100.0, standby=True)
     assert pick_held_host([standby], Requirements(), now=1.0) is None
     assert pick_held_host([standby], Requirements(), now=1.0, recovering=True) == standby
+
+
+def test_hedge_chains_make_a_first_try_delivery_likely() -> None:
+    """The hedge is the fewest chains with P(some first rental delivers) >= the target, within bounds."""
+    assert hedge_chains(delivery_rate=0.9, first_try_p=0.9, at_least=3, at_most=6) == 3
+    assert hedge_chains(delivery_rate=0.5, first_try_p=0.9, at_least=3, at_most=6) == 4  # 1 - 0.5^4 = 0.94
+    assert hedge_chains(delivery_rate=0.3, first_try_p=0.9, at_least=3, at_most=6) == 6  # needs 7: capped
+    assert hedge_chains(delivery_rate=0.0, first_try_p=0.9, at_least=3, at_most=6) == 6
+    widths = [hedge_chains(delivery_rate=p / 20, first_try_p=0.9, at_least=1, at_most=50) for p in range(1, 20)]
+    assert widths == sorted(widths, reverse=True)  # the more duds, the wider
+    for p, k in zip(range(1, 20), widths, strict=True):
+        assert 1 - (1 - p / 20) ** k >= 0.9 > 1 - (1 - p / 20) ** (k - 1) or k == 1
+
+
+def test_standby_pool_keeps_what_was_configured_until_a_loss_is_seen() -> None:
+    """No loss observed (or no pool asked for): the pool is what the operator configured."""
+    kw = {"at_most": 2, "exposure_s": 7200.0, "hosts_at_risk": 5, "refill_s": 600.0, "miss_p": 0.2}
+    assert standby_pool_size(configured=1, losses=0, **kw) == 1  # type: ignore[arg-type]
+    assert standby_pool_size(configured=0, losses=9, **kw) == 0  # type: ignore[arg-type]
+
+
+def test_standby_pool_grows_when_another_loss_during_a_refill_is_likely() -> None:
+    """With losses frequent enough that a second one would likely come before the refill is
+    verified, one more host waits; with rare losses, it does not; never beyond at_most."""
+    kw = {"configured": 1, "at_most": 2, "hosts_at_risk": 5, "refill_s": 600.0, "miss_p": 0.2}
+    # 1 loss in 10 host-hours: m = 1/(10 h + 1 h prior) x 5 x 600 s = 0.076: P(another) = 7%
+    assert standby_pool_size(losses=1, exposure_s=36_000.0, **kw) == 1  # type: ignore[arg-type]
+    # 2 losses in 2 host-hours: m = 2/3 h x 5 x 600 s = 0.56: P(another) = 43%
+    assert standby_pool_size(losses=2, exposure_s=7200.0, **kw) == 2  # type: ignore[arg-type]
+    assert standby_pool_size(losses=50, exposure_s=7200.0, **kw) == 2  # type: ignore[arg-type]
