@@ -2,6 +2,8 @@
 
     python bench/campaign.py                 # shipped traces (+ recoveries with and without a standby host)
     python bench/campaign.py --seeds 52      # plus generated variants of each generator
+    python bench/campaign.py --only sweep --from-seed 53 --seeds 100        # issue 4, out of sample
+    python bench/campaign.py --only recovery --recovery-from 31 --recovery-seeds 60   # issue 7, out of sample
 
 Every number is the simulated marketplace's own receipt (its billing and its truth), from
 `workers.campaign.run_campaign`; the same receipt `tuneharness sim campaign --json` prints.
@@ -99,14 +101,15 @@ def recovery_table(traces: list[tuple[str, Trace]]) -> str:
     return "\n".join(rows)
 
 
-def seeds_summary(n: int) -> str:
+def seeds_summary(n: int, *, first: int = 1) -> str:
     rows = [
         "| generator | seed | guarded $ | naive $ | oracle $ | guarded/naive | guarded/oracle | life - oracle s | all targets |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
     failing: dict[str, list[int]] = {}
+    sums: dict[str, float] = {}
     for gen in (marketplace, adversarial):
-        for seed in range(1, n + 1):
+        for seed in range(first, n + 1):
             trace = parse_trace(gen(seed))
             r = {p: run_campaign(trace, policy=p).receipt for p in POLICIES}
             g, nv, o = r["guarded"], r["naive"], r["oracle"]
@@ -119,22 +122,33 @@ def seeds_summary(n: int) -> str:
             )
             if not ok:
                 failing.setdefault(gen.__name__, []).append(seed)
+            for p in POLICIES:
+                key = f"{gen.__name__} {p}"
+                sums[key] = sums.get(key, 0.0) + float(r[p]["dead_host_cost_usd"])
+                sums[f"{gen.__name__} {p} total"] = sums.get(f"{gen.__name__} {p} total", 0.0) + float(r[p]["total_cost_usd"])
             rows.append(
                 f"| {gen.__name__} | {seed} | {g['dead_host_cost_usd']:.4f} | {nv['dead_host_cost_usd']:.4f} | "
                 f"{o['dead_host_cost_usd']:.4f} | {to_naive:.2f} | {to_oracle:.2f} | {life:.0f} | {'yes' if ok else 'NO'} |"
             )
-    summary = ", ".join(f"{g}: {len(s)} of {n} fail (seeds {s})" for g, s in failing.items()) or "none fail"
-    return "\n".join(rows) + f"\n\nFailing traces: {summary}"
+    count = n - first + 1
+    summary = ", ".join(f"{g}: {len(s)} of {count} fail (seeds {s})" for g, s in failing.items()) or "none fail"
+    return "\n".join(rows) + f"\n\nFailing traces (seeds {first}-{n}): {summary}; dead-host $ summed: {sums_text(sums)}"
 
 
-def recovery_seeds_summary(n: int) -> str:
+def sums_text(sums: dict[str, float]) -> str:
+    return ", ".join(f"{k} {v:.2f}" for k, v in sums.items())
+
+
+def recovery_seeds_summary(n: int, *, first: int = 1) -> str:
     rows = [
         "| generator | seed | recoveries | median minus pull s (no standby) | median s (1 standby) | worst detection s | no standby ok | 1 standby ok |",
         "|---|---|---|---|---|---|---|---|",
     ]
     fails = {0: 0, 1: 0}
+    missed: dict[int, list[int]] = {0: [], 1: []}
+    sums: dict[str, float] = {}
     counted = 0
-    for seed in range(1, n + 1):
+    for seed in range(first, n + 1):
         trace = parse_trace(recovery(seed))
         r0, f0 = recovery_row(trace, standby_hosts=0)
         r1, f1 = recovery_row(trace, standby_hosts=1)
@@ -144,30 +158,44 @@ def recovery_seeds_summary(n: int) -> str:
         ok0, ok1 = recovery_ok(r0, f0, standby_hosts=0), recovery_ok(r1, f1, standby_hosts=1)
         fails[0] += not ok0
         fails[1] += not ok1
+        for sb, ok, r in ((0, ok0, r0), (1, ok1, r1)):
+            if not ok:
+                missed[sb].append(seed)
+            for k in ("standby_cost_usd", "dead_host_cost_usd", "total_cost_usd"):
+                sums[f"{sb} standby {k}"] = sums.get(f"{sb} standby {k}", 0.0) + float(r[k])
         detect = max(x for x in (f0["detect_max_s"], f1["detect_max_s"]) if x is not None)
         rows.append(
             f"| recovery | {seed} | {f0['n']}/{f1['n']} | {_fmt(f0['median_over_pull_s'])} | {_fmt(f1['median_s'])} | "
             f"{_fmt(detect)} | {'yes' if ok0 else 'NO'} | {'yes' if ok1 else 'NO'} |"
         )
     return "\n".join(rows) + (
-        f"\n\nOf {counted} generated recovery traces with a loss: {fails[0]} miss the no-standby target, "
-        f"{fails[1]} miss the one-standby target"
+        f"\n\nOf {counted} generated recovery traces with a loss (seeds {first}-{n}): {fails[0]} miss the no-standby "
+        f"target (seeds {missed[0]}), {fails[1]} miss the one-standby target (seeds {missed[1]}); summed: {sums_text(sums)}"
     )
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--seeds", type=int, default=0, help="also run N generated variants of each generator")
+    p.add_argument("--seeds", type=int, default=0, help="also run generated variants of each generator, up to seed N")
+    p.add_argument("--from-seed", type=int, default=1, help="first seed of the marketplace/adversarial sweep (default 1)")
+    p.add_argument("--recovery-seeds", type=int, default=None,
+                   help="last seed of the recovery(seed) sweep (default: min(--seeds, 30))")
+    p.add_argument("--recovery-from", type=int, default=1, help="first seed of the recovery(seed) sweep (default 1)")
+    p.add_argument("--only", choices=("all", "shipped", "sweep", "recovery"), default="all",
+                   help="shipped: the shipped-trace tables; sweep: marketplace/adversarial seeds; recovery: recovery seeds")
     args = p.parse_args(argv)
-    traces = [(name, load_trace(name)) for name in SHIPPED]
-    print(table(traces))
-    print()
-    print(recovery_table([t for t in traces if t[0] in ("marketplace", "recovery", "hangs")]))
-    if args.seeds:
+    if args.only in ("all", "shipped"):
+        traces = [(name, load_trace(name)) for name in SHIPPED]
+        print(table(traces))
         print()
-        print(seeds_summary(args.seeds))
+        print(recovery_table([t for t in traces if t[0] in ("marketplace", "recovery", "hangs")]))
+    if args.seeds and args.only in ("all", "sweep"):
         print()
-        print(recovery_seeds_summary(min(args.seeds, 30)))
+        print(seeds_summary(args.seeds, first=args.from_seed))
+    recovery_last = args.recovery_seeds if args.recovery_seeds is not None else min(args.seeds, 30)
+    if recovery_last and args.only in ("all", "recovery"):
+        print()
+        print(recovery_seeds_summary(recovery_last, first=args.recovery_from))
     return 0
 
 
