@@ -1,0 +1,134 @@
+"""Accuracy of train.log triage on REAL excerpts from public issue threads (app/triage/data/real/).
+
+    .venv/bin/python bench/triage_real.py                 # both splits, rules and chain
+    .venv/bin/python bench/triage_real.py --split dev     # dev only (the split you may tune on)
+    .venv/bin/python bench/triage_real.py --json OUT      # also write every prediction as JSON
+
+Two predictors per split:
+
+* rules: `app.triage.rules.classify`. An `unsure` verdict is scored by its best guess (`guess`),
+  and the number of unsure rows is reported.
+* chain: `TriageChain` as shipped, without an LLM: the specialist only if one is promoted (none is
+  today), no escalation. A row no stage was confident about comes back as its best guess with
+  `needs_operator`; that best guess is scored, and the needs_operator count is reported.
+
+Printed: accuracy overall, per state, per framework, and every miss with its evidence lines.
+`test` must never be used to tune rules: look at its misses only as id/label/predicted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections import Counter, defaultdict
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from app.triage.chain import TriageChain, TriageInput
+from app.triage.rules import STATES, UNSURE, classify
+from app.triage.specialist import default_specialist
+
+REAL_DIR = Path(__file__).resolve().parents[1] / "app" / "triage" / "data" / "real"
+
+
+def load(split: str) -> list[dict]:
+    path = REAL_DIR / f"{split}.jsonl"
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def predict_rules(rows: list[dict]) -> list[dict]:
+    out = []
+    for r in rows:
+        v = classify(r["log"], idle_seconds=r.get("idle_seconds"))
+        out.append({"id": r["id"], "predicted": v.guess if v.state == UNSURE else v.state,
+                    "unsure": v.state == UNSURE, "rule": v.rule, "confidence": v.confidence,
+                    "evidence": list(v.evidence)})
+    return out
+
+
+def predict_chain(rows: list[dict]) -> tuple[list[dict], str]:
+    specialist = default_specialist()
+    chain = TriageChain(specialist=specialist, escalation=None)
+    results = chain.triage_many([TriageInput(r["id"], r["log"], r.get("idle_seconds")) for r in rows])
+    desc = f"specialist={'promoted' if specialist is not None else 'none (not promoted)'}, llm=none"
+    out = [{"id": res.id, "predicted": res.state, "unsure": res.needs_operator, "rule": res.stage,
+            "confidence": res.confidence, "evidence": list(res.evidence)} for res in results]
+    return out, desc
+
+
+def _acc(pairs: list[tuple[str, str]]) -> str:
+    n = len(pairs)
+    ok = sum(1 for label, pred in pairs if label == pred)
+    return f"{ok}/{n} = {ok / n:.3f}" if n else "-"
+
+
+def report(split: str, name: str, rows: list[dict], preds: list[dict], *, show_misses: bool) -> dict:
+    pairs = [(r["label"], p["predicted"]) for r, p in zip(rows, preds, strict=True)]
+    unsure = sum(1 for p in preds if p["unsure"])
+    ok = sum(1 for a, b in pairs if a == b)
+    word = "needs_operator" if name == "chain" else "unsure"
+    print(f"\n### {split} / {name}: accuracy {_acc(pairs)}  ({word}: {unsure}, scored by best guess)")
+    print("  per state:")
+    for st in STATES:
+        sub = [(a, b) for a, b in pairs if a == st]
+        if sub:
+            print(f"    {st:<12} {_acc(sub)}")
+    print("  per framework:")
+    by_fw: dict[str, list[tuple[str, str]]] = defaultdict(list)
+    for r, pair in zip(rows, pairs, strict=True):
+        by_fw[r.get("framework", "?")].append(pair)
+    for fw in sorted(by_fw):
+        print(f"    {fw:<14} {_acc(by_fw[fw])}")
+    misses = [(r, p) for r, p in zip(rows, preds, strict=True) if r["label"] != p["predicted"]]
+    confusion = Counter((r["label"], p["predicted"]) for r, p in misses)
+    if confusion:
+        print("  confusions (label -> predicted): "
+              + ", ".join(f"{a}->{b} x{n}" for (a, b), n in confusion.most_common()))
+    print(f"  misses ({len(misses)}):")
+    for r, p in misses:
+        flag = f" [{word}]" if p["unsure"] else ""
+        print(f"    - {r['id']}: label={r['label']} predicted={p['predicted']}{flag} (rule/stage {p['rule']})")
+        if show_misses:
+            for ev in p["evidence"]:
+                print(f"        evidence: {ev[:200]}")
+    return {"split": split, "predictor": name, "n": len(rows), "correct": ok, "unsure": unsure,
+            "predictions": preds}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--split", choices=("dev", "test", "both"), default="both")
+    ap.add_argument("--json", type=Path, help="write all predictions here")
+    ap.add_argument("--test-evidence", action="store_true",
+                    help="also print evidence lines for test misses (off: test is not for tuning)")
+    args = ap.parse_args(argv)
+    splits = ("dev", "test") if args.split == "both" else (args.split,)
+    dumped = []
+    summary = []
+    for split in splits:
+        rows = load(split)
+        states = Counter(r["label"] for r in rows)
+        fws = Counter(r.get("framework", "?") for r in rows)
+        print(f"\n=== split {split}: {len(rows)} excerpts")
+        print("  states: " + ", ".join(f"{s}={states[s]}" for s in STATES))
+        print("  frameworks: " + ", ".join(f"{k}={v}" for k, v in sorted(fws.items())))
+        show = split == "dev" or args.test_evidence
+        res = report(split, "rules", rows, predict_rules(rows), show_misses=show)
+        chain_preds, desc = predict_chain(rows)
+        print(f"\n  (chain: {desc})")
+        res2 = report(split, "chain", rows, chain_preds, show_misses=show)
+        dumped += [res, res2]
+        summary += [(split, "rules", res), (split, "chain", res2)]
+    print("\n=== summary")
+    for split, name, res in summary:
+        print(f"  {split:<5} {name:<6} {res['correct']}/{res['n']} = {res['correct'] / res['n']:.3f}"
+              f"  (unsure/needs_operator {res['unsure']})")
+    if args.json:
+        args.json.write_text(json.dumps(dumped, indent=1), encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,63 @@
+"""The real-excerpt evaluation set (app/triage/data/real/) is well-formed.
+
+Not an accuracy test: `bench/triage_real.py` measures accuracy; `test` must never be tuned on.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from app.triage.rules import STATES
+
+REAL_DIR = Path(__file__).resolve().parents[3] / "app" / "triage" / "data" / "real"
+SPLITS = ("dev", "test")
+REQUIRED = ("id", "log", "label", "framework", "source", "why")
+ALLOWED = {*REQUIRED, "idle_seconds"}
+
+
+def _rows(split: str) -> list[dict]:
+    lines = (REAL_DIR / f"{split}.jsonl").read_text(encoding="utf-8").splitlines()
+    return [json.loads(line) for line in lines if line.strip()]
+
+
+@pytest.mark.parametrize("split", SPLITS)
+def test_rows_have_the_documented_fields(split: str) -> None:
+    rows = _rows(split)
+    assert rows
+    for r in rows:
+        assert set(REQUIRED) <= set(r), r.get("id")
+        assert set(r) <= ALLOWED, (r.get("id"), set(r) - ALLOWED)
+        for key in REQUIRED:
+            assert isinstance(r[key], str) and r[key].strip(), (r["id"], key)
+        assert r["label"] in STATES, (r["id"], r["label"])
+        assert "github.com/" in r["source"], (r["id"], r["source"])
+        if "idle_seconds" in r:
+            assert isinstance(r["idle_seconds"], (int, float)) and r["idle_seconds"] >= 0, r["id"]
+
+
+def test_ids_are_unique_across_both_splits() -> None:
+    ids = [r["id"] for split in SPLITS for r in _rows(split)]
+    assert len(ids) == len(set(ids))
+
+
+def test_dev_and_test_are_disjoint_by_id_and_by_log_text() -> None:
+    dev, test = _rows("dev"), _rows("test")
+    assert not {r["id"] for r in dev} & {r["id"] for r in test}
+    assert not {r["log"].strip() for r in dev} & {r["log"].strip() for r in test}
+    logs = [r["log"].strip() for r in dev + test]
+    assert len(logs) == len(set(logs))
+
+
+def test_every_state_is_in_both_splits() -> None:
+    for split in SPLITS:
+        assert {r["label"] for r in _rows(split)} == set(STATES), split
+
+
+def test_no_excerpt_is_copied_from_the_handwritten_canaries() -> None:
+    handwritten = (REAL_DIR.parent / "handwritten.txt").read_text(encoding="utf-8")
+    for split in SPLITS:
+        for r in _rows(split):
+            assert r["log"].strip() not in handwritten, r["id"]
