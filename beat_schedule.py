@@ -37,6 +37,11 @@ BEAT_SCHEDULE: dict[str, dict[str, object]] = {
         "schedule": 120.0,
         "options": {"queue": "maintenance", "expires": 115},
     },
+    "held-hosts": {
+        "task": "tuneharness.maintenance.sweep_holds",
+        "schedule": 60.0,
+        "options": {"queue": "maintenance", "expires": 55},
+    },
     "budget-monitor": {
         "task": "tuneharness.maintenance.budget_monitor",
         "schedule": 60.0,

@@ -29,6 +29,7 @@ data it names are shipped to the host), what it needs from a host, its budget, a
       min_download_mbps: 500      # optional
       download_gb: 23             # optional: image + model pulled (ranking, reservation)
       train_hours: 0.5            # optional: expected training time (ranking, reservation)
+      standby_hosts: 1            # optional (default 0): verified hosts kept waiting for this job's recoveries
     budget_usd: 5.00
     gate:                         # optional: evaluate and judge the adapters (docs/gate.md)
       config: gate.json           # a gate.json path, or the gate.json mapping inline
@@ -86,7 +87,9 @@ PROVIDERS = ("vast", "runpod", "sim")
 
 _TOP = ("name", "train", "needs", "budget_usd", "gate")
 _NEEDS = ("gpu", "min_vram_gb", "max_usd_per_hour", "providers", "image", "disk_gb", "num_gpus",
-          "min_reliability", "min_download_mbps", "download_gb", "train_hours")
+          "min_reliability", "min_download_mbps", "download_gb", "train_hours", "standby_hosts")
+# Warm standby hosts per job: each one bills its GPU while it waits, so keep the number small.
+MAX_STANDBY_HOSTS = 4
 # The trainer's job.json contract (issue 6; trainer/jobspec.py is the authority on the host).
 _TRAIN_REQUIRED = ("base_model", "task", "train_file", "max_steps", "checkpoint_every", "seed",
                    "learning_rate", "batch_size", "max_seq_len", "lora", "quantization")
@@ -134,6 +137,7 @@ class Needs:
     min_download_mbps: float = 0.0
     download_gb: float = 20.0  # image + model the host pulls (for ranking and the reservation)
     train_hours: float = 1.0  # expected training time at full speed (same)
+    standby_hosts: int = 0  # verified hosts kept waiting (and billing) for this job's recoveries
 
     def requirements(self) -> Requirements:
         """The provisioning policy's filters for this job."""
@@ -187,6 +191,7 @@ class JobSpec:
                 "image": self.needs.image, "disk_gb": self.needs.disk_gb, "num_gpus": self.needs.num_gpus,
                 "min_reliability": self.needs.min_reliability, "min_download_mbps": self.needs.min_download_mbps,
                 "download_gb": self.needs.download_gb, "train_hours": self.needs.train_hours,
+                "standby_hosts": self.needs.standby_hosts,
             },
             "budget_usd": self.budget_usd,
             "gate": None if self.gate is None else dict(self.gate),
@@ -347,6 +352,9 @@ def parse_job_text(text: str, *, source: str = "<job>", base_dir: str | Path = "
         needs_kw["num_gpus"] = int(c.number(raw_needs["num_gpus"], "needs.num_gpus", minimum=1, integer=True))
     if "image" in raw_needs:
         needs_kw["image"] = c.string(raw_needs["image"], "needs.image")
+    if "standby_hosts" in raw_needs:
+        needs_kw["standby_hosts"] = int(c.number(
+            raw_needs["standby_hosts"], "needs.standby_hosts", minimum=0, maximum=MAX_STANDBY_HOSTS, integer=True))
 
     budget = None
     if top.get("budget_usd") is not None:

@@ -58,10 +58,14 @@ def _summary(report: guardrails.SweepReport) -> dict[str, Any]:
 @task("maintenance", "idle_watchdog")
 def idle_watchdog(self: Any) -> dict[str, Any]:
     """Stop instances idle past the grace period (never destroy)."""
+    from app.services.pool import Pool
+
     rentals = _rentals()
+    held = Pool(rentals.engine).held_until()
     report = guardrails.sweep_idle(rentals, _markets(rentals), now=time.time(),
                                    notifier=bootstrap.notifier(), grace_s=IDLE_GRACE_S, job_phase=_job_phase,
-                                   ssh_util=_ssh_util)
+                                   ssh_util=_ssh_util,
+                                   held_until=lambda r: held.get((r.provider, r.instance_id or "")))
     record_success(rentals.engine, "idle-watchdog", time.time())
     return _summary(report)
 

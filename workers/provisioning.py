@@ -1,4 +1,5 @@
-"""Celery shells of the provisioning policy: `provision`, `watch_boot`, `preflight`.
+"""Celery shells of the provisioning policy: `provision`, `watch_boot`, `preflight`, and beat's
+`sweep_holds` (held hosts and standby pools, one task per sweep).
 
 Thin and idempotent: each takes ids, calls `app.services.provisioning.ProvisioningService`, and
 re-enqueues itself with a countdown (never sleeps in a task). A redelivered task is harmless: the
@@ -17,7 +18,7 @@ from workers.celery_app import app
 from workers.config import MAX_COUNTDOWN_S
 from workers.tasks import task
 
-__all__ = ["preflight", "provision", "watch_boot"]
+__all__ = ["preflight", "provision", "sweep_holds", "watch_boot"]
 
 
 def _countdown_s(wake_at: float) -> float:
@@ -29,10 +30,18 @@ def _countdown_s(wake_at: float) -> float:
 
 
 def _schedule(step: Step) -> dict[str, Any]:
+    # Standby jobs this step started (a hedge, a pool top-up) go through the same tasks at once;
+    # other jobs it moved (a recovery that adopted a standby host) are scheduled like any step.
+    for standby_id in step.spawned:
+        watch_boot.apply_async(args=[standby_id])
+    for other in step.also:
+        _schedule(other)
     if step.preflight_instance is not None:
         preflight.apply_async(args=[step.job_id, step.preflight_instance])
     elif step.wake_at is not None and step.handed_over is None:
         watch_boot.apply_async(args=[step.job_id], countdown=_countdown_s(step.wake_at))
+    if step.standby:  # not in the job table: nothing to hand over or to mark
+        return {"job": step.job_id, "phase": step.phase, "wake_at": step.wake_at, "standby": True}
     if step.handed_over is not None:
         bootstrap.jobs().set_phase(step.job_id, "training", detail=f"on {step.handed_over}")
         # the supervisor takes over: push the bundle, start the trainer, monitor (one chain per job)
@@ -54,7 +63,8 @@ def provision(self: Any, job_id: str) -> dict[str, Any]:
     spec = spec_from_dict(rec.spec)
     bootstrap.jobs().set_phase(job_id, "provisioning", detail="ranking offers")
     try:
-        step = bootstrap.provisioning().start(job_id, req=spec.needs.requirements(), shape=spec.shape())
+        step = bootstrap.provisioning().start(job_id, req=spec.needs.requirements(), shape=spec.shape(),
+                                              standby_hosts=spec.needs.standby_hosts)
     except ProviderBusy as exc:
         raise self.retry(exc=exc, countdown=30) from None
     return _schedule(step)
@@ -74,3 +84,20 @@ def watch_boot(self: Any, job_id: str) -> dict[str, Any]:
 def preflight(self: Any, job_id: str, instance_id: str) -> dict[str, Any]:
     """Run the compute preflight over SSH on the job's new host and judge it."""
     return _schedule(bootstrap.provisioning().preflight(job_id, instance_id))
+
+
+@task("maintenance", "sweep_holds")
+def sweep_holds(self: Any) -> dict[str, Any]:
+    """Release expired holds (stop what held work, destroy what never did), drop vanished ones,
+    keep every running job's standby pool full and release the pools of jobs that ended."""
+    import time
+
+    from app.liveness import record_success
+
+    svc = bootstrap.provisioning()
+    report = svc.sweep_holds()
+    for step in report.steps:
+        _schedule(step)
+    record_success(svc.engine, "held-hosts", time.time())
+    return {"examined": report.examined, "released": report.released, "renewed": report.renewed,
+            "dropped": report.dropped, "errors": report.errors, "started": [s.job_id for s in report.steps]}

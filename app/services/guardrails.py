@@ -37,6 +37,7 @@ __all__ = ["OrphanSighting", "SweepReport", "sweep_budgets", "sweep_idle", "swee
 
 JobPhaseOf = Callable[[str], "str | None"]
 SshUtil = Callable[[Rental, Instance], "float | None"]
+HeldUntil = Callable[[Rental], "float | None"]  # a held verified host's hold_until (None: not held)
 
 NVIDIA_SMI = "nvidia-smi --query-gpu=utilization.gpu --format=csv,noheader,nounits"
 
@@ -94,11 +95,16 @@ def _alert(notifier: Notifier | None, alert: Alert) -> None:
 def sweep_idle(
     rentals: Rentals, markets: Mapping[str, Market], *, now: float, notifier: Notifier | None = None,
     grace_s: float = 1800.0, job_phase: JobPhaseOf | None = None, ssh_util: SshUtil | None = None,
+    held_until: HeldUntil | None = None,
 ) -> SweepReport:
     """Stop every running instance whose GPU has been idle longer than the grace period.
 
     Utilisation is the vendor's figure and, where the host answers over SSH, `nvidia-smi`'s; the
     busier of the two counts (a vendor's stale zero must not stop a training GPU).
+
+    A held verified host (`held_until`) is idle on purpose until its hold ends: it is left alone
+    (its idle spell does not start) until then; after that the hold sweep releases it, and this
+    watchdog counts its idleness again like any other host's.
     """
     report = SweepReport("idle_watchdog")
     for r in rentals.all(states=("active",)):
@@ -106,6 +112,11 @@ def sweep_idle(
         if market is None or r.instance_id is None:
             continue
         report.examined += 1
+        until = held_until(r) if held_until is not None else None
+        if until is not None and now < until:
+            if r.idle_since is not None:
+                rentals.note_utilisation(r.id, gpu_util=r.last_gpu_util, idle_since=None)
+            continue
         try:
             inst = market.status(r.instance_id)
         except MarketError as exc:

@@ -11,7 +11,8 @@
    process lives, the last slice's exit code and the tail of train.log; pulls every new complete
    checkpoint into the ArtifactStore;
 4. judges the probe (`app.policy.supervision.assess`) and acts: next slice on the same host;
-   a finished job's adapter pulled, verified, the host stopped, the job done (a gated job's seed
+   a finished job's adapter pulled, verified, the host held for the next compatible job (stopped
+   by the hold sweep if none comes), the job done (a gated job's seed
    run: when it is the last of its job's runs, the job is handed to `evaluate_job`); a
    dead trainer triaged (same host, replace the host, or stop the job and tell the operator);
    a lost host or a hang fed to `decide` as a `TrainerStatus`, which stops the host (never
@@ -394,6 +395,12 @@ class SupervisorService:
             return MonitorStep(job_id, "monitor", step.wake_at, seq + 1, step.detail)
         return step
 
+    def _shell(self, inst: Instance, job_id: str) -> HostShell:
+        """A shell on the job's host with the key that host was rented with: its rental's job's
+        (a held host adopted from another job, or a standby host, carries that job's key)."""
+        rental = self.provisioning.rentals.by_instance(inst.provider, inst.instance_id)
+        return self.shell_for(inst, rental.job if rental is not None else job_id)
+
     def _next(self, job_id: str, delay_s: float, detail: str) -> MonitorStep:
         return MonitorStep(job_id, "monitor", self.clock.now() + delay_s, detail=detail)
 
@@ -405,7 +412,7 @@ class SupervisorService:
             return self._lost(job_id, w, inst, f"provider reports the instance {inst.state}")
         shell: HostShell | None = None
         try:
-            shell = self.shell_for(inst, job_id)
+            shell = self._shell(inst, job_id)
             if not w.launched:
                 self._launch(job_id, w, shell, first_on_host=True)
                 return self._next(job_id, self.cfg.monitor_s, "trainer started")
@@ -552,7 +559,7 @@ class SupervisorService:
         w.launched = True
 
     def _relaunch(self, job_id: str, w: Watch, market: Market, inst: Instance, *, why: str) -> None:
-        shell = self.shell_for(inst, job_id)
+        shell = self._shell(inst, job_id)
         try:
             self._start_slice(job_id, w, shell)
         finally:
@@ -625,7 +632,7 @@ class SupervisorService:
         w.lost_at = w.lost_cause = w.lost_machine = w.lost_step = None
 
     def _finish(self, job_id: str, w: Watch, market: Market, inst: Instance) -> MonitorStep:
-        shell = self.shell_for(inst, job_id)
+        shell = self._shell(inst, job_id)
         try:
             self._pull(job_id, w, shell)
             got = pull_adapter(shell, f"{remote_job_root(job_id)}/job", self.store, job=job_id,

@@ -349,8 +349,8 @@ def test_a_dead_trainer_is_triaged_and_routed(tmp_path: Path, answer: TriageAnsw
         assert "provisioning_failed" in h.kinds()
 
 
-def test_a_finished_job_pulls_and_verifies_the_adapter_and_stops_the_host(tmp_path: Path) -> None:
-    """Exit 0: the adapter is pulled and verified, the host stopped (never destroyed), the job done."""
+def test_a_finished_job_pulls_and_verifies_the_adapter_and_holds_the_host(tmp_path: Path) -> None:
+    """Exit 0: the adapter is pulled and verified, the host held for the next job (never destroyed), the job done."""
     h = Harness(tmp_path)
     inst, seq = h.start()
     seq, _, _ = h.poll(seq)
@@ -362,7 +362,8 @@ def test_a_finished_job_pulls_and_verifies_the_adapter_and_stops_the_host(tmp_pa
     _, nxt, _ = h.poll(seq)
     assert nxt == "none"
     assert h.store.exists(f"jobs/{JOB}/adapter/COMPLETE")
-    assert h.prov.rentals.by_instance("sim", inst).state == "stopped"  # type: ignore[union-attr]
+    assert h.prov.rentals.by_instance("sim", inst).state == "active"  # type: ignore[union-attr]
+    assert [(x.instance_id, x.held_work) for x in h.prov.pool.held()] == [(inst, True)]
     state = h.prov.state(JOB)
     assert state is not None and state[0].phase == "done"
     assert "adapter_pulled" in h.kinds() and not h.destroyed(inst)

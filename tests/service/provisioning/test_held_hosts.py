@@ -1,0 +1,359 @@
+"""Held verified hosts, warm standby and hedged recovery on the real-time path: the provisioning
+handler driven against SimMarket on a virtual clock, the way the Celery shells drive it."""
+
+from __future__ import annotations
+
+import json
+import threading
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from app.budget import Budget
+from app.db import init_db, make_engine
+from app.ledger import Ledger
+from app.market import Instance, LaunchSpec, Market
+from app.policy.preflight import PreflightReport
+from app.policy.provisioning import PreflightResult, Tick, TrainerStatus, new_job
+from app.policy.ranking import JobShape, Requirements
+from app.services.guardrails import sweep_idle, sweep_reconcile, sweep_ttl
+from app.services.provisioning import ProvisioningService, Step
+from app.services.receipts import build_receipt
+from providers.sim.clock import VirtualClock
+from providers.sim.market import SimMarket
+from providers.sim.trace import load_trace
+
+SHAPE = JobShape(download_gb=3.0, train_s=120.0, disk_gb=20.0)
+OFFER = {"gpu_name": "RTX 3090", "num_gpus": 1, "gpu_ram_gb": 24, "inet_down_mbps": 800, "reliability": 0.995}
+
+
+def _trace(path: Path, *, slow: tuple[str, ...] = ()) -> Path:
+    """Seven healthy RTX 3090s (m-0 cheapest; `slow` ones pull at 30 Mbit/s whatever they advertise)
+    and one RTX 4090."""
+    hosts: list[dict[str, Any]] = []
+    for i in range(7):
+        truth: dict[str, Any] = {"pull_mbps": 30} if f"m-{i}" in slow else {}
+        hosts.append({"machine_id": f"m-{i}", "offer": {**OFFER, "dph": round(0.10 + 0.01 * i, 2)}, "truth": truth})
+    hosts.append({"machine_id": "m-4090", "offer": {**OFFER, "gpu_name": "RTX 4090", "dph": 0.4}, "truth": {}})
+    path.write_text(json.dumps({"format": "tuneharness-market-trace/1", "name": "held",
+                                "workload": {"image_gb": 2, "model_gb": 1}, "hosts": hosts}))
+    return path
+
+
+class Fleet:
+    """The handler plus what the Celery shells do: each job's next wake-up, preflights at once,
+    standby jobs a step started, other jobs a step moved."""
+
+    def __init__(self, tmp: Path, *, slow: tuple[str, ...] = ()) -> None:
+        self.engine = make_engine(f"sqlite:///{tmp / 'th.db'}")
+        init_db(self.engine)
+        self.clock = VirtualClock()
+        self.market = SimMarket(load_trace(_trace(tmp / "trace.json", slow=slow)), self.clock)
+        budget = Budget(self.engine, Ledger(self.engine))
+        for job in ("job-a", "job-b", "job-c"):
+            budget.set_cap(job, 5.0)
+        self.images: dict[str, str] = {}
+        self.preflights: list[tuple[str, str]] = []  # (key job, instance)
+        self.svc = ProvisioningService(
+            self.engine, market_for=lambda _name: self.market, clock=self.clock, run_preflight=self.preflight,
+            launch_spec_for=lambda job: LaunchSpec(image=self.images.get(job, "img"), disk_gb=20, label="",
+                                                   ssh_public_key=f"ssh-ed25519 {job}"),
+        )
+        self.pending: dict[str, tuple[float, str | None]] = {}  # job -> (when, preflight instance)
+        self.handed: dict[str, str] = {}
+
+    def preflight(self, market: Market, job_id: str, instance_id: str) -> PreflightResult:
+        self.preflights.append((job_id, instance_id))
+        raw = self.market.referee.preflight_report(instance_id)
+        return PreflightResult(None, "ssh_unreachable", "no SSH") if raw is None else PreflightResult(
+            PreflightReport.from_mapping(raw))
+
+    def schedule(self, step: Step) -> Step:
+        now = self.clock.now()
+        for sid in step.spawned:
+            self.pending[sid] = (now, None)
+        for other in step.also:
+            self.schedule(other)
+        if step.preflight_instance is not None:
+            self.pending[step.job_id] = (now, step.preflight_instance)
+        elif step.wake_at is not None and step.handed_over is None:
+            self.pending[step.job_id] = (step.wake_at, None)
+        else:
+            self.pending.pop(step.job_id, None)
+        if step.handed_over is not None:
+            self.handed[step.job_id] = step.handed_over
+        return step
+
+    def run(self, until: Any, *, limit: int = 3000) -> None:
+        for _ in range(limit):
+            if until():
+                return
+            if not self.pending:
+                raise AssertionError("nothing left to run")
+            job_id, (at, inst) = min(self.pending.items(), key=lambda kv: (kv[1][0], kv[0]))
+            del self.pending[job_id]
+            self.clock.set(max(self.clock.now(), at))
+            self.schedule(self.svc.preflight(job_id, inst) if inst else self.svc.step(job_id))
+        raise AssertionError("did not settle")
+
+    def start(self, job_id: str, *, req: Requirements | None = None, standby_hosts: int = 0) -> Step:
+        return self.schedule(self.svc.start(job_id, req=req or Requirements(), shape=SHAPE, standby_hosts=standby_hosts))
+
+    def train(self, job_id: str, **kw: Any) -> str:
+        """Start the job and run the fleet until it trains; its instance."""
+        self.start(job_id, **kw)
+        self.run(lambda: job_id in self.handed)
+        return self.handed[job_id]
+
+    def status(self, instance_id: str, phase: Any) -> TrainerStatus:
+        return TrainerStatus(instance=self.market.status(instance_id), phase=phase, work_s=120.0,
+                             checkpoint_work_s=120.0 if phase == "finished" else 0.0, heartbeat_at=self.clock.now())
+
+    def finish(self, job_id: str) -> Step:
+        return self.schedule(self.svc.observe(job_id, self.status(self.handed.pop(job_id), "finished")))
+
+    def lose(self, job_id: str) -> Step:
+        """The job's host vanishes; the supervisor reports it (as `_lost` does)."""
+        inst = self.handed.pop(job_id)
+        self.market.destroy(inst)
+        return self.schedule(self.svc.observe(job_id, self.status(inst, None)))
+
+    def rows(self, job: str | None = None, kind: str | None = None) -> list[Any]:
+        return list(Ledger(self.engine).rows(job=job, kind=kind))
+
+    def rental(self, instance_id: str) -> Any:
+        r = self.svc.rentals.by_instance("sim", instance_id)
+        assert r is not None
+        return r
+
+
+def test_a_finished_jobs_host_is_held_and_the_next_compatible_job_adopts_it(tmp_path: Path) -> None:
+    """Given job-a finished on a verified host, when job-b (same needs) starts, then it trains on
+    that host at once: no create, no preflight; hold and adopt are ledger events."""
+    f = Fleet(tmp_path)
+    inst = f.train("job-a")
+    f.finish("job-a")
+    held = f.svc.pool.held()
+    assert [(h.instance_id, h.standby, h.held_work, h.owner) for h in held] == [(inst, False, True, "job-a")]
+    assert f.rental(inst).state == "active"
+    assert [r.instance for r in f.rows(kind="host_held")] == [inst]
+    creates, preflights = len(f.market.referee.instance_ids()), len(f.preflights)
+
+    step = f.start("job-b")
+    assert step.handed_over == inst and step.phase == "training"
+    assert len(f.market.referee.instance_ids()) == creates and len(f.preflights) == preflights
+    kinds = [r.kind for r in f.rows(job="job-b")]
+    assert "host_adopted" in kinds and "training_handed_over" in kinds
+    assert "offer_chosen" not in kinds and "instance_created" not in kinds
+    adopted = f.rows(kind="host_adopted")[0]
+    assert adopted.instance == inst and adopted.payload["rental_job"] == "job-a"
+    assert f.svc.pool.held() == [] and f.svc.pool.held(states=("adopted",))[0].adopted_by == "job-b"
+
+
+def test_an_incompatible_job_does_not_adopt_the_held_host(tmp_path: Path) -> None:
+    """A job that needs another GPU, or another image, rents its own host; the held one waits."""
+    f = Fleet(tmp_path)
+    inst = f.train("job-a")
+    f.finish("job-a")
+    other_gpu = f.train("job-b", req=Requirements(gpu_names=("RTX 4090",)))
+    f.images["job-c"] = "another-image"
+    other_image = f.train("job-c")
+    assert inst not in (other_gpu, other_image)
+    assert f.market.status(other_gpu).machine_id == "m-4090"
+    assert [h.instance_id for h in f.svc.pool.held()] == [inst]
+    assert not f.rows(kind="host_adopted")
+
+
+def test_two_jobs_racing_for_one_held_host_exactly_one_adopts(tmp_path: Path) -> None:
+    """Two queued jobs decide to adopt the same held host at the same moment: one claim wins; the
+    other looks again at once and rents its own."""
+    f = Fleet(tmp_path)
+    inst = f.train("job-a")
+    f.finish("job-a")
+    jobs = [new_job(j, req=Requirements(), shape=SHAPE) for j in ("job-b", "job-c")]
+    for job in jobs:
+        assert f.svc._save(job, 0, f.clock.now())
+    views = [f.svc._view(job) for job in jobs]
+    assert all(v.held and v.held[0].instance_id == inst for v in views)
+    barrier = threading.Barrier(2)
+    results: dict[str, Step] = {}
+
+    def race(i: int) -> None:
+        barrier.wait()
+        results[jobs[i].job_id] = f.svc._run(jobs[i], 1, Tick(views[i]))
+
+    threads = [threading.Thread(target=race, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    winners = [j for j, s in results.items() if s.handed_over == inst]
+    assert len(winners) == 1
+    loser = next(j for j in results if j not in winners)
+    assert results[loser].phase == "queued" and results[loser].wake_at == f.clock.now()
+    assert [r.job for r in f.rows(kind="host_adopted")] == winners
+    assert [r.payload["provisioning_job"] for r in f.rows(kind="adopt_lost")] == [loser]
+    f.schedule(results[loser])
+    f.run(lambda: loser in f.handed)
+    assert f.handed[loser] != inst
+
+
+def test_many_concurrent_claims_on_one_held_host_have_one_winner(tmp_path: Path) -> None:
+    """Eight threads claim the same held host: exactly one gets it."""
+    f = Fleet(tmp_path)
+    inst = f.train("job-a")
+    f.finish("job-a")
+    barrier = threading.Barrier(8)
+    got: list[object] = []
+
+    def claim(i: int) -> None:
+        barrier.wait()
+        got.append(f.svc.pool.claim(inst, job_id=f"job-{i}", now=f.clock.now()))
+
+    threads = [threading.Thread(target=claim, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sum(1 for g in got if g is not None) == 1
+
+
+def test_the_expiry_sweep_stops_a_held_host_that_held_work_and_never_destroys_it(tmp_path: Path) -> None:
+    """Past its hold, the sweep stops the finished job's host (it held work): stopped, not destroyed."""
+    f = Fleet(tmp_path)
+    inst = f.train("job-a")
+    f.finish("job-a")
+    (held,) = f.svc.pool.held()
+    f.clock.set(held.hold_until - 1)
+    assert f.svc.sweep_holds().released == [] and f.rental(inst).state == "active"
+    f.clock.set(held.hold_until + 1)
+    report = f.svc.sweep_holds()
+    assert report.released == [inst]
+    assert f.rental(inst).state == "stopped" and f.market.status(inst).state == "stopped"
+    assert not [r for r in f.rows(kind="instance_destroyed") if r.instance == inst]
+    stop = [r for r in f.rows(kind="instance_stopped") if r.instance == inst]
+    assert len(stop) == 1 and stop[0].reason == "hold expired"
+    released = f.rows(kind="host_released")
+    assert len(released) == 1 and released[0].payload["action"] == "stopped"
+    assert f.svc.sweep_holds().released == []  # a second sweep finds nothing
+
+
+class _IdleMarket:
+    """The sim marketplace with every running GPU idle (what a held host looks like)."""
+
+    def __init__(self, market: SimMarket) -> None:
+        self.market = market
+        self.name = "sim"
+
+    def status(self, instance_id: str) -> Instance:
+        return replace(self.market.status(instance_id), gpu_util=0.0)
+
+    def stop(self, instance_id: str) -> None:
+        self.market.stop(instance_id)
+
+
+def test_the_idle_watchdog_leaves_a_held_host_alone_until_its_hold_ends(tmp_path: Path) -> None:
+    """A held host idles on purpose: the watchdog neither stops it nor starts its idle spell before
+    hold_until; afterwards it is an idle host like any other."""
+    f = Fleet(tmp_path)
+    inst = f.train("job-a")
+    f.finish("job-a")
+    (held,) = f.svc.pool.held()
+    markets: Any = {"sim": _IdleMarket(f.market)}
+
+    def sweep() -> list[str]:
+        until = f.svc.pool.held_until()
+        return sweep_idle(f.svc.rentals, markets, now=f.clock.now(), grace_s=60.0, job_phase=lambda _j: "done",
+                          held_until=lambda r: until.get((r.provider, r.instance_id or ""))).stopped
+
+    assert sweep() == []
+    f.clock.set(held.hold_until - 10)
+    assert sweep() == [] and f.rental(inst).idle_since is None and f.rental(inst).state == "active"
+    f.clock.set(held.hold_until + 1)
+    assert sweep() == []  # its idle spell starts now
+    f.clock.advance(61)
+    assert sweep() == [inst]
+    assert not [r for r in f.rows(kind="instance_destroyed") if r.instance == inst]
+
+
+def test_the_reaper_and_the_reconciler_still_cover_held_hosts(tmp_path: Path) -> None:
+    """A held host is a known, labelled rental: the reconciler leaves it running, the reaper stops it
+    at its kill-time, and the next hold sweep takes it off the list."""
+    f = Fleet(tmp_path)
+    inst = f.train("job-a")
+    f.finish("job-a")
+    markets: Any = {"sim": f.market}
+    rec = sweep_reconcile(f.svc.rentals, markets, now=f.clock.now(), orphan_grace_s=0.0)
+    assert rec.stopped == [] and f.rental(inst).state == "active"
+    (held,) = f.svc.pool.held()
+    assert held.hold_until <= f.rental(inst).kill_at
+    assert sweep_ttl(f.svc.rentals, markets, now=f.rental(inst).kill_at + 1).stopped == [inst]
+    assert f.svc.sweep_holds().dropped == [inst] and f.svc.pool.held() == []
+
+
+def test_standby_hosts_keep_one_verified_host_and_a_recovery_adopts_it(tmp_path: Path) -> None:
+    """standby_hosts=1: once job-a trains, a standby job rents and verifies a second host under
+    job-a's name and budget; when job-a's host vanishes, the recovery adopts it (no create, no
+    preflight) and the pool is refilled; when job-a ends, the standby hosts are released."""
+    f = Fleet(tmp_path)
+    first = f.train("job-a", standby_hosts=1)
+    f.run(lambda: any(h.standby for h in f.svc.pool.held()))
+    (standby,) = f.svc.pool.held()
+    assert standby.owner == "job-a" and standby.released_by == "job-a.standby-1" and not standby.held_work
+    rental = f.rental(standby.instance_id)
+    assert rental.job == "job-a" and rental.attempt > 1000 and rental.label.startswith("th-job-a-a100")
+    assert ("job-a", standby.instance_id) in f.preflights  # verified with job-a's key
+    by_job = build_receipt(f.svc.rentals, Ledger(f.engine), now=f.clock.now()).as_dict()["by_job"]
+    assert set(by_job) == {"job-a"}
+
+    creates, preflights = len(f.market.referee.instance_ids()), len(f.preflights)
+    step = f.lose("job-a")
+    assert step.phase == "queued"
+    f.run(lambda: "job-a" in f.handed)
+    assert f.handed["job-a"] == standby.instance_id != first
+    assert len(f.market.referee.instance_ids()) == creates  # the recovery rented nothing
+    assert len(f.preflights) == preflights
+    adopted = f.rows(kind="host_adopted")
+    assert len(adopted) == 1 and adopted[0].payload["standby"] is True
+    assert any(r.kind == "provisioning_recovered" for r in f.rows(job="job-a"))
+    assert "job-a.standby-2" in f.pending  # the pool refills
+
+    f.run(lambda: len([h for h in f.svc.pool.held() if h.standby]) == 1)
+    (refill,) = [h for h in f.svc.pool.held() if h.standby]
+    f.finish("job-a")
+    assert f.rental(refill.instance_id).state == "destroyed"  # it never held work
+    assert f.rental(standby.instance_id).state == "active"  # it trained: held for the next job, never destroyed
+    for r in f.rows(kind="instance_destroyed"):
+        assert not f.svc.rentals.by_instance("sim", r.instance).held_work  # type: ignore[union-attr]
+
+
+def test_a_hedged_recovery_starts_standby_jobs_and_holds_the_extras(tmp_path: Path) -> None:
+    """No verified host waits when job-a's host is lost: the recovery's own create goes to a slow
+    host and standby jobs start beside it; the first verified host takes the job (its own attempt
+    is handed to a standby job), and the other verified hosts are held for its next recovery."""
+    f = Fleet(tmp_path, slow=("m-1",))
+    first = f.train("job-a")
+    assert f.market.status(first).machine_id == "m-0"
+    step = f.lose("job-a")
+    f.run(lambda: "job-a" in f.pending)
+    step = f.schedule(f.svc.step("job-a"))
+    assert step.phase == "booting" and len(step.spawned) >= 2
+    state = f.svc.state("job-a")
+    assert state is not None and state[0].attempt is not None and state[0].attempt.machine_id == "m-1"
+    wanted = f.rows(kind="standby_wanted")
+    assert wanted and wanted[0].job == "job-a" and wanted[0].payload["purpose"] == "hedge"
+
+    f.run(lambda: "job-a" in f.handed)
+    got = f.market.status(f.handed["job-a"]).machine_id
+    assert got not in ("m-0", "m-1")  # a hedge's host, verified before the slow one
+    assert [r.kind for r in f.rows(job="job-a")].count("attempt_handed_over") == 1
+    assert any(r.kind == "host_adopted" and r.payload["standby"] for r in f.rows(job="job-a"))
+
+    f.run(lambda: all(s[0].phase in ("done", "failed") for j in f.svc.pool.standby_jobs("job-a")
+                      if (s := f.svc.state(j.job_id)) is not None))
+    held = [h for h in f.svc.pool.held(owner="job-a") if h.standby]
+    assert held and all(not h.held_work for h in held)
+    machines = {h.machine_id for h in held}
+    assert "m-1" in machines  # the recovery's own slow attempt, finished as a standby
+    for r in f.svc.rentals.all(job="job-a"):  # every hedge reserved and billed under job-a
+        assert r.reservation_id is not None
