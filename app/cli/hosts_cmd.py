@@ -58,3 +58,39 @@ def unquarantine(
 
     rec = bootstrap.reputation().unquarantine(machine_id, provider=provider, ledger=bootstrap.ledger())
     typer.echo(f"{rec.provider}:{rec.machine_id} may be rented again")
+
+
+@app.command("held")
+def held(
+    as_json: Annotated[bool, typer.Option("--json", help="print a JSON list")] = False,
+    all_states: Annotated[bool, typer.Option("--all", help="also hosts adopted or released since")] = False,
+) -> None:
+    """Verified hosts kept running for the next compatible job, or as standby for a job's recoveries."""
+    import time
+
+    from app import bootstrap
+    from app.services.pool import Pool
+
+    states = ("held", "adopted", "released") if all_states else ("held",)
+    rows = [h.to_dict() for h in Pool(bootstrap.engine()).held(states=states)]
+    if as_json:
+        typer.echo(json.dumps(rows, indent=2))
+        return
+    if not rows:
+        typer.echo("no held hosts")
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    now = time.time()
+    table = Table(title="held hosts")
+    for col in ("instance", "machine", "gpu", "$/h", "job", "standby", "held work", "state", "hold left"):
+        table.add_column(col)
+    for h in rows:
+        left = float(h["hold_until"]) - now
+        table.add_row(
+            str(h["instance_id"]), str(h["machine_id"]), str(h["gpu_name"]), f"{h['dph_total']:.3f}", str(h["owner"]),
+            "yes" if h["standby"] else "-", "yes" if h["held_work"] else "-", str(h["state"]),
+            f"{left / 60:.0f} min" if h["state"] == "held" and left > 0 else "-",
+        )
+    Console().print(table)

@@ -81,13 +81,19 @@ def collect(*, now: float | None = None) -> dict[str, Any]:
             "pulled_step": w.pulled_step, "recoveries": w.recoveries, "detail": rec.detail,
         })
     reps = {(h.record.provider, h.record.machine_id): h.to_dict(now=now) for h in bootstrap.reputation().hosts()}
+    from app.services.pool import Pool
+
+    held = {(h.provider, h.instance_id): h for h in Pool(engine).held()}
     hosts_out = []
     for r in all_rentals:
         if r.state not in ("active", "stopped", "intent"):
             continue
         rep = reps.get((r.provider, r.machine_id or ""), {})
+        h = held.get((r.provider, r.instance_id or ""))
         hosts_out.append({"instance": r.instance_id, "provider": r.provider, "machine_id": r.machine_id,
                           "job": r.job, "state": r.state, "usd_per_hour": r.rate_usd_per_hour,
+                          "held": None if h is None else {"standby": h.standby, "hold_until": h.hold_until,
+                                                          "released_by": h.released_by},
                           "delivery_probability": rep.get("delivery_probability"),
                           "failures": len(rep.get("failures", []) or []),  # type: ignore[arg-type]
                           "quarantined": rep.get("quarantined", False)})
@@ -130,7 +136,8 @@ def _render(data: dict[str, Any]) -> None:
     for col in ("instance", "machine", "job", "state", "$/h", "delivery p", "failures", "quarantined"):
         hosts.add_column(col)
     for h in data["hosts"]:
-        hosts.add_row(str(h["instance"]), str(h["machine_id"]), h["job"], h["state"], str(h["usd_per_hour"]),
+        state = h["state"] if not h.get("held") else f"{h['state']} ({'standby' if h['held']['standby'] else 'held'})"
+        hosts.add_row(str(h["instance"]), str(h["machine_id"]), h["job"], state, str(h["usd_per_hour"]),
                       str(h["delivery_probability"]), str(h["failures"]), "yes" if h["quarantined"] else "no")
     console.print(hosts)
     i = data["interruptions"]
