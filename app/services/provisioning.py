@@ -434,10 +434,13 @@ class ProvisioningService:
             return
         until = min(act.host.hold_until, rental.kill_at)
         if act.host.standby:
+            # The pool's size (plus one for a recovery waiting right now) at the standby hold; a
+            # hedge beyond that gets only the ordinary hold (the sweep renews it if the pool
+            # comes to want it).
             owner = rental.job
             waiting = [h for h in self.pool.held(owner=owner) if h.standby]
-            if len(waiting) >= self.pool.pool_size(owner) and not self._recovering(owner):
-                # A hedge nobody waits for and the pool is full: kept only the ordinary hold.
+            wanted = self.pool.pool_size(owner) + (1 if self._recovering(owner) else 0)
+            if len(waiting) >= wanted:
                 until = min(until, now + self.cfg.hold_s)
         held = self.pool.hold(host=act.host, rental_id=rental.id, owner=rental.job, released_by=job.job_id,
                               held_work=rental.held_work, hold_until=until)

@@ -357,3 +357,22 @@ def test_a_hedged_recovery_starts_standby_jobs_and_holds_the_extras(tmp_path: Pa
     assert "m-1" in machines  # the recovery's own slow attempt, finished as a standby
     for r in f.svc.rentals.all(job="job-a"):  # every hedge reserved and billed under job-a
         assert r.reservation_id is not None
+
+
+def test_hedges_beyond_the_pool_get_only_the_ordinary_hold_and_the_sweep_releases_them(tmp_path: Path) -> None:
+    """Without a pool, the hedges that lost the race are held for the ordinary 10 minutes only, then
+    destroyed by the sweep (they never held work); the recovered job keeps training."""
+    f = Fleet(tmp_path, slow=("m-1",))
+    f.train("job-a")
+    f.lose("job-a")
+    f.run(lambda: "job-a" in f.handed)
+    f.run(lambda: all(s[0].phase in ("done", "failed") for j in f.svc.pool.standby_jobs("job-a")
+                      if (s := f.svc.state(j.job_id)) is not None))
+    extras = [h for h in f.svc.pool.held(owner="job-a") if h.standby]
+    assert extras and all(h.hold_until <= h.verified_at + f.svc.cfg.hold_s for h in extras)
+    f.clock.set(max(h.hold_until for h in extras) + 1)
+    report = f.svc.sweep_holds()
+    assert sorted(report.released) == sorted(h.instance_id for h in extras)
+    assert all(f.rental(h.instance_id).state == "destroyed" for h in extras)
+    assert f.rental(f.handed["job-a"]).state == "active"
+    assert all(r.payload["action"] == "destroyed" for r in f.rows(kind="host_released"))
