@@ -26,8 +26,10 @@ from __future__ import annotations
 
 import os
 import re
+from bisect import bisect_right
 from collections.abc import Callable
 from dataclasses import dataclass
+from itertools import compress
 from pathlib import Path
 from typing import Any
 
@@ -128,6 +130,9 @@ def read_tail(path: str | os.PathLike[str], *, max_bytes: int = DEFAULT_TAIL_BYT
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[@-Z\\-_]")
 _HAS_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
+# The same escapes in UTF-8: every class is ASCII, and [^\x07\x1b] consumes a multi-byte character
+# byte by byte, so the bytes removed are exactly those of the characters `_ANSI` removes.
+_ANSI_BYTES = re.compile(_ANSI.pattern.encode("ascii"))
 
 
 # torchrun >= 2.2 prefixes every line of a worker's output with "[rankN]: " (older: "[defaultN]:"),
@@ -624,8 +629,10 @@ _PROGRESS = re.compile(
 )
 _GRAD_NORM_VALUE = re.compile(r"""\bgrad[ _]norm['"]?\s*[:=]?\s*['"]?([-+]?(?:nan|inf(?:inity)?|[\d.]+(?:e[-+]?\d+)?))""")
 _LOSS_VALUE = re.compile(
-    r"""(?:['"]loss['"]\s*:\s*|\bloss\s*[=:]?\s*)([-+]?\d+(?:\.\d+)?(?:e[-+]?\d+)?)"""
-)  # searched in lowercased text
+    r"""loss(?:(?<=['"]loss)['"]\s*:\s*|(?<!\wloss)\s*[=:]?\s*)([-+]?\d+(?:\.\d+)?(?:e[-+]?\d+)?)"""
+)  # searched in lowercased text. The same values as (?:['"]loss['"]\s*:\s*|\bloss\s*[=:]?\s*)(...), whose
+#   matches may start one character earlier (at the quote), but starts with a literal, which `re`
+#   searches for at C speed instead of trying every position.
 
 
 @dataclass(frozen=True, slots=True)
@@ -793,9 +800,12 @@ def _last_progress(text: str, low: str) -> tuple[int, str]:
     return -1, ""
 
 
-def _exploding(text: str, low: str) -> tuple[str, str] | None:
-    """(rule, evidence) for an exploding loss or one collapsed to exactly 0.0, or None."""
-    window = low[-4096:]
+def _exploding(text: str, window: str) -> tuple[str, str] | None:
+    """(rule, evidence) for an exploding loss or one collapsed to exactly 0.0, or None.
+
+    `window` is the last 4,096 characters of `text` (the tail, or an end of it that begins at a
+    line start), lowercased.
+    """
     if window.count("loss") < 3:
         return None
     values: list[tuple[float, int]] = []
@@ -810,10 +820,10 @@ def _exploding(text: str, low: str) -> tuple[str, str] | None:
     last, pos = values[-1]
     floor = min(v for v, _ in values)
     if last >= 1e3 and last >= 20 * max(floor, 1e-3):
-        return "loss-exploding", _line_at(text, len(low) - len(window) + pos)
+        return "loss-exploding", _line_at(text, len(text) - len(window) + pos)
     if len(values) >= 4 and values[-1][0] == 0.0 and values[-2][0] == 0.0 and max(v for v, _ in values[:-2]) > 0.05:
         # fp16 runs whose loss collapses to exactly 0.0 (NaN logged as 0): suspicious, not proof.
-        return "loss-zero", _line_at(text, len(low) - len(window) + pos)
+        return "loss-zero", _line_at(text, len(text) - len(window) + pos)
     return None
 
 
@@ -840,37 +850,32 @@ def _guess(*, idle: float | None, stall_after_s: float) -> str:
     return "progressing"
 
 
-def classify(
-    tail: str,
-    *,
-    idle_seconds: float | None = None,
-    stall_after_s: float = DEFAULT_STALL_AFTER_S,
-    max_chars: int = DEFAULT_MAX_CHARS,
-) -> Verdict:
-    """Decide a state from a log tail and how long the log has been idle (pure, bounded)."""
-    text = normalise(tail, max_chars=max_chars)
-    low = _lower_same_length(text)
-    idle = idle_seconds if idle_seconds is not None and idle_seconds == idle_seconds else None
-    idle_evidence = f"log idle for {idle:.0f}s (stall threshold {stall_after_s:.0f}s)" if idle is not None else ""
 
-    progress_pos, progress_line = _last_progress(text, low)
-    hits: list[_Hit] = []
-    lazy: list[tuple[int, list[tuple[int, int]]]] = []
-    for idx, spans in sorted(_candidate_lines(low).items()):
-        if _RULES[idx].lazy:
-            lazy.append((idx, spans))
-            continue
-        m = _first_match(_RULES[idx], low, spans)
-        if m is not None:
-            hits.append(_Hit(_RULES[idx], m.start(), _line_at(text, m.start())))
-    if lazy and not _decided(hits, progress_pos):
-        for idx, spans in lazy:
-            m = _first_match(_RULES[idx], low, spans)
-            if m is not None:
-                hits.append(_Hit(_RULES[idx], m.start(), _line_at(text, m.start())))
+def _decide(
+    hits: list[_Hit],
+    lazy_hits: Callable[[], list[_Hit]],
+    *,
+    progress_pos: int,
+    progress_line: str,
+    text: Callable[[], str],
+    tail: Callable[[int], tuple[str, str]],
+    idle: float | None,
+    stall_after_s: float,
+) -> Verdict:
+    """The verdict from the hits of the specific rules (`lazy_hits` gives the generic ones, called
+    only when the specific ones do not decide), the last progress line, and the normalised tail.
+
+    Positions (`_Hit.pos`, `progress_pos`) are only compared with each other, so any index space
+    that keeps the order of the tail's characters will do. `text()` is the normalised tail;
+    `tail(n)` is (an end of it that starts at a line start and holds the last n characters, those
+    n characters lowercased).
+    """
+    idle_evidence = f"log idle for {idle:.0f}s (stall threshold {stall_after_s:.0f}s)" if idle is not None else ""
+    if not _decided(hits, progress_pos):
+        hits = hits + lazy_hits()
     if any(h.rule.name == "nan-grad-norm" for h in hits):
         # fp16 runs log an occasional inf grad norm on a skipped step: only the last value counts.
-        values = _GRAD_NORM_VALUE.findall(low[-8192:])
+        values = _GRAD_NORM_VALUE.findall(tail(8192)[1])
         if values and values[-1].lstrip("+-")[:1].isdigit():
             hits = [h for h in hits if h.rule.name != "nan-grad-norm"]
     live = [h for h in hits if not (h.rule.soft and progress_pos > h.pos)]
@@ -896,7 +901,7 @@ def classify(
         best = max(fatal, key=lambda h: (h.rule.weight, h.pos))
         return verdict(best)
 
-    boom = _exploding(text, low)
+    boom = _exploding(*tail(4096))
     if boom is not None:
         name, line = boom
         return Verdict("diverged", 0.6 if name == "loss-zero" else 0.8, (line,), name, "diverged")
@@ -916,5 +921,330 @@ def classify(
         return Verdict("progressing", 0.9 if idle is not None else 0.85, (progress_line,), "progress", "progressing")
     if guess == "stalled":
         return Verdict("stalled", 0.8, (idle_evidence,), "idle", "stalled")
-    last = next((ln.strip() for ln in reversed(text.splitlines()) if ln.strip()), "")
+    last = next((ln.strip() for ln in reversed(text().splitlines()) if ln.strip()), "")
     return Verdict(UNSURE, 0.0, (last[:_EVIDENCE_CHARS],) if last else (), "no-evidence", guess)
+
+
+def _idle(idle_seconds: float | None) -> float | None:
+    return idle_seconds if idle_seconds is not None and idle_seconds == idle_seconds else None
+
+
+def _classify_reference(
+    tail: str,
+    *,
+    idle_seconds: float | None = None,
+    stall_after_s: float = DEFAULT_STALL_AFTER_S,
+    max_chars: int = DEFAULT_MAX_CHARS,
+) -> Verdict:
+    """`classify` the straightforward way: normalise and lowercase the whole tail, one needle scan
+    over all of it. The fast path must agree with this exactly (a property test checks it); it is
+    also the path for input the fast one does not take (lone surrogates, the Kelvin sign)."""
+    text = normalise(tail, max_chars=max_chars)
+    low = _lower_same_length(text)
+    progress_pos, progress_line = _last_progress(text, low)
+    cands = sorted(_candidate_lines(low).items())
+
+    def search(lazy: bool) -> list[_Hit]:
+        found: list[_Hit] = []
+        for idx, spans in cands:
+            if _RULES[idx].lazy is lazy:
+                m = _first_match(_RULES[idx], low, spans)
+                if m is not None:
+                    found.append(_Hit(_RULES[idx], m.start(), _line_at(text, m.start())))
+        return found
+
+    return _decide(search(False), lambda: search(True), progress_pos=progress_pos, progress_line=progress_line,
+                   text=lambda: text, tail=lambda n: (text, low[-n:]), idle=_idle(idle_seconds),
+                   stall_after_s=stall_after_s)
+
+
+# ---------------------------------------------------------------------------------------------
+# The fast path: the same verdict as `_classify_reference`, without a Python-speed pass over the
+# whole tail. Long tails are mostly healthy progress lines that hold no needle, and the same few
+# line shapes repeat with other numbers. So the tail is encoded once and handled as bytes, where
+# lowercasing and mapping are C loops at GB/s: every digit becomes "0" and every character that is
+# in no needle becomes "#" (the line's *skeleton*). A needle in a line is in its skeleton (with
+# its digits mapped), so the needle scan runs once per DISTINCT skeleton (remembered across calls,
+# bounded), and the rules' regexes run only on the lines whose skeleton holds a needle, each
+# decoded back to text (and remembered per distinct line). Needles without digits are in a line
+# exactly when they are in its skeleton; the few with digits are checked in the line itself.
+
+_SKELETON_KEEP = frozenset(ord(c) for n in (*_ALL_NEEDLES, *_PROGRESS_MARKERS) for c in n if not c.isdigit())
+_CONTROL_BYTES = bytes([*range(0x00, 0x09), *range(0x0B, 0x20), 0x7F])
+
+
+def _skeleton_byte(b: int) -> int:
+    if b in _CONTROL_BYTES:
+        return 0x00  # marks a tail that still has control bytes to drop
+    low = bytes([b]).lower()[0]
+    if b == 0x0A or low in _SKELETON_KEEP:
+        return low
+    return 0x30 if 0x30 <= b <= 0x39 else 0x23  # every digit "0", every other character "#"
+
+
+_SKELETON = bytes(_skeleton_byte(b) for b in range(256))
+assert 0x23 not in _SKELETON_KEEP and 0x30 not in _SKELETON_KEEP
+
+
+def _skeleton_of(needle: str) -> bytes:
+    return needle.encode("ascii").translate(_SKELETON)
+
+
+_SK_NEEDLES: tuple[bytes, ...] = tuple(dict.fromkeys(_skeleton_of(n) for n in _ALL_NEEDLES))
+_SK_TRIE = tuple(n for n in _SK_NEEDLES if n[:1].isalpha())
+_SK_FIND = tuple(n for n in _SK_NEEDLES if not n[:1].isalpha())
+_SK_SCAN = re.compile(_trie_pattern(tuple(n.decode("ascii") for n in _SK_TRIE)).encode("ascii"))
+# A greedy scan match `f` means: every needle inside f is present; a needle that starts inside f
+# and runs past its end is the longest needle an anchored scan finds at that offset, or a prefix
+# of it. (The scan resumes at f's end and finds the needles that start there or later.)
+_SK_WITHIN: dict[bytes, frozenset[bytes]] = {f: frozenset(n for n in _SK_NEEDLES if n in f) for f in _SK_TRIE}
+_SK_PREFIXES: dict[bytes, frozenset[bytes]] = {f: frozenset(n for n in _SK_NEEDLES if f.startswith(n)) for f in _SK_TRIE}
+_SK_STRADDLE: dict[bytes, tuple[int, ...]] = {
+    f: tuple(k for k in range(1, len(f)) if any(n.startswith(f[k:]) and len(n) > len(f) - k for n in _SK_TRIE))
+    for f in _SK_TRIE
+}
+_RULES_WITH_NEEDLE: dict[str, tuple[int, ...]] = {
+    n: tuple(i for i, r in enumerate(_RULES) if n in r.needles) for n in _ALL_NEEDLES
+}
+# Per skeleton needle: the rules it decides by itself (needles without digits), and the needles
+# with digits behind it, each to be checked in the line.
+_SK_EXACT: dict[bytes, frozenset[int]] = {
+    s: frozenset(i for n in _ALL_NEEDLES if n.encode("ascii") == s for i in _RULES_WITH_NEEDLE[n]) for s in _SK_NEEDLES
+}
+_SK_DIGITS: dict[bytes, tuple[tuple[bytes, tuple[int, ...]], ...]] = {
+    s: tuple((n.encode("ascii"), _RULES_WITH_NEEDLE[n]) for n in _ALL_NEEDLES
+             if n.encode("ascii") != s and _skeleton_of(n) == s)
+    for s in _SK_NEEDLES
+}
+
+# A skeleton's profile: () when it holds no needle, else (rules, needles with digits to check,
+# whether the line may begin with torchrun's rank prefix); `_RANKED` for such a line without needles.
+_Profile = tuple[()] | tuple[frozenset[int], tuple[tuple[bytes, tuple[int, ...]], ...], bool]
+_RANKED: _Profile = (frozenset(), (), True)
+_RANKED_SKELETON = re.compile(rb"\[(?:rank|default)[0#]+\]:")  # `_RANK_PREFIX` as seen in a skeleton
+_PROFILES: dict[bytes, _Profile] = {}
+_PROFILES_MAX = 20_000  # distinct skeletons remembered (a few MB at most); then start afresh
+# Encoded line -> (rule index, byte offset of its first match in the line) for every specific
+# (lazy) rule that matches the line. Lines repeat verbatim (warnings, banners, a log written
+# twice), so each rule's regex runs once per distinct line.
+_SPECIFIC_MATCHES: dict[bytes, tuple[tuple[int, int], ...]] = {}
+_LAZY_MATCHES: dict[bytes, tuple[tuple[int, int], ...]] = {}
+_LINE_MATCHES_MAX = 50_000
+_MEMO_LINE_BYTES = 1_000  # longer lines are not remembered
+
+
+def _forget() -> None:
+    """Empty the fast path's memories (benchmarks of cold tails, tests)."""
+    _PROFILES.clear()
+    _SPECIFIC_MATCHES.clear()
+    _LAZY_MATCHES.clear()
+
+
+def _learn(skeletons: list[bytes], profiles: dict[bytes, _Profile]) -> None:
+    """Profile new skeleton lines: ONE scan over all of them finds every skeleton needle in each
+    (exact, as in `_candidate_lines`), then the needles give the rules."""
+    joined = b"\n".join(skeletons)
+    starts: list[int] = []
+    at = 0
+    for sk in skeletons:
+        starts.append(at)
+        at += len(sk) + 1
+    found: dict[int, set[bytes]] = {}
+    for m in _SK_SCAN.finditer(joined):
+        f = m.group(0)
+        here = found.setdefault(bisect_right(starts, m.start()) - 1, set())
+        here |= _SK_WITHIN[f]
+        for k in _SK_STRADDLE[f]:
+            inner = _SK_SCAN.match(joined, m.start() + k)
+            if inner is not None:
+                here |= _SK_PREFIXES[inner.group(0)]
+    for needle in _SK_FIND:
+        pos = joined.find(needle)
+        while pos >= 0:
+            found.setdefault(bisect_right(starts, pos) - 1, set()).add(needle)
+            pos = joined.find(needle, pos + 1)
+    for i, sk in enumerate(skeletons):
+        ranked = _RANKED_SKELETON.match(sk) is not None
+        needles = found.get(i)
+        if not needles:
+            profiles[sk] = _RANKED if ranked else ()
+            continue
+        exact = frozenset(r for n in needles for r in _SK_EXACT[n])
+        digits = tuple(d for n in sorted(needles) for d in _SK_DIGITS[n])
+        profiles[sk] = (exact, digits, ranked)
+
+
+def _first_in_line(rule: _Rule, line_low: str) -> int:
+    """Offset of a rule's first match in one lowercased line, or -1 (`_first_match` on one line)."""
+    if rule.check is not None:
+        line_ok = _LINE_CHECKS.get(rule.check)
+        if line_ok is not None and not line_ok(line_low):
+            return -1
+    for m in rule.pattern.finditer(line_low):
+        if rule.check is None or rule.check(m):
+            return m.start()
+    return -1
+
+
+def _line_matches(line: bytes, profile: _Profile, lazy: bool) -> tuple[tuple[int, int], ...]:
+    """(rule index, byte offset) of the first match of every rule (lazy or not) that one encoded
+    candidate line holds a needle of and that matches it. A match never spans lines, and every
+    pattern reads the same on a line alone as inside the tail (`^` and lookbehinds at a line
+    start see a newline there), so searching the line alone is searching the tail's span."""
+    exact, digits, _ = profile  # type: ignore[misc]  # candidate lines have non-empty profiles
+    idxs: frozenset[int] | set[int] = exact
+    if digits:
+        low_line = line.lower()
+        idxs = exact | {r for needle, rs in digits if needle in low_line for r in rs}
+    text = line.decode("utf-8")
+    low = _lower_same_length(text)
+    out: list[tuple[int, int]] = []
+    for idx in sorted(idxs):
+        if _RULES[idx].lazy is lazy:
+            k = _first_in_line(_RULES[idx], low)
+            if k >= 0:
+                out.append((idx, k if k == 0 or text.isascii() else len(text[:k].encode("utf-8"))))
+    return tuple(out)
+
+
+# torchrun's rank prefix at the start of a line, written so that `re` can search for its literal
+# start instead of trying every position (the same substitution as `_RANK_PREFIX`).
+_RANK_PREFIX_AFTER_NL = re.compile(r"\n\[(?:rank|default)\d+\]:[ ]?")
+_RANK_PREFIX_AT_START = re.compile(r"\[(?:rank|default)\d+\]:[ ]?")
+# "%|" is left out: where it is, "|" is one character later, so it is never the last marker.
+_PROGRESS_MARKERS_B = tuple(m.encode("ascii") for m in _PROGRESS_MARKERS if m != "%|")
+
+
+def _last_marker(low: bytes, end: int) -> int:
+    """max(low.rfind(m, 0, end) for m in the progress markers), searching back in growing windows
+    (an occurrence inside a window is later than any that starts before it)."""
+    lo, step = end, 2048
+    while lo > 0:
+        lo = max(0, lo - step)
+        pos = max([low.rfind(m, lo, end) for m in _PROGRESS_MARKERS_B])
+        if pos >= 0:
+            return pos
+        step *= 4
+    return -1
+
+
+def _last_progress_bytes(raw: bytes, low: bytes) -> tuple[int, str]:
+    """`_last_progress` on the encoded tail (positions are byte offsets); `low` may be its skeleton,
+    which holds the markers (no digits) exactly where the lowercased tail does."""
+    end = len(low)
+    for _ in range(_PROGRESS_TRIES):
+        pos = _last_marker(low, end)
+        if pos < 0:
+            break
+        start = raw.rfind(b"\n", 0, pos) + 1
+        stop = raw.find(b"\n", pos)
+        line = raw[start : stop if stop >= 0 else len(raw)].decode("utf-8")
+        if _PROGRESS.search(line):
+            return start, line.strip()[:_EVIDENCE_CHARS]
+        end = start
+    return -1, ""
+
+
+_Candidate = tuple[int, bytes, _Profile]  # (byte offset, line, its skeleton's profile)
+
+
+def _prepare(raw: bytes, *, ranks_done: bool) -> tuple[bytes, bytes, list[_Candidate]] | None:
+    """Drop control bytes from the encoded tail (ANSI and CRs already handled); the candidate
+    lines, in order, each distinct line once (a rule's first match is in the first of them where
+    it matches at all). None (unless `ranks_done`): a line may begin with torchrun's rank prefix,
+    which has to be stripped first."""
+    skeleton = raw.translate(_SKELETON)
+    if b"\x00" in skeleton:  # control bytes: dropped, as `normalise` does
+        raw = raw.translate(None, _CONTROL_BYTES)
+        skeleton = raw.translate(_SKELETON)
+    profiles = _PROFILES
+    if len(profiles) > _PROFILES_MAX:
+        profiles.clear()
+    skeletons = skeleton.split(b"\n")
+    try:
+        profs = list(map(profiles.__getitem__, skeletons))
+    except KeyError:
+        _learn([sk for sk in dict.fromkeys(skeletons) if sk not in profiles], profiles)
+        profs = list(map(profiles.__getitem__, skeletons))
+    cands: list[_Candidate] = []
+    seen: set[bytes] = set()
+    at = 0
+    for prof, sk in compress(zip(profs, skeletons, strict=True), profs):
+        if prof[2]:  # type: ignore[misc]  # compress keeps the non-empty profiles only
+            if not ranks_done:
+                return None
+            if prof is _RANKED:
+                continue
+        # The line's offset: no line between the previous candidate and this one holds `sk`
+        # (it would hold its needles, so it would be a candidate), so the next `sk` is this line.
+        start = skeleton.find(sk, at)
+        at = start + len(sk)
+        line = raw[start:at]
+        if line not in seen:
+            seen.add(line)
+            cands.append((start, line, prof))
+    return raw, skeleton, cands
+
+
+def _strip_rank_prefixes(text: str) -> str:
+    """`_RANK_PREFIX.sub("", text)`, searching for its literal start instead of every position."""
+    text = _RANK_PREFIX_AFTER_NL.sub("\n", text)
+    m = _RANK_PREFIX_AT_START.match(text)
+    return text[m.end() :] if m is not None else text
+
+
+def classify(
+    tail: str,
+    *,
+    idle_seconds: float | None = None,
+    stall_after_s: float = DEFAULT_STALL_AFTER_S,
+    max_chars: int = DEFAULT_MAX_CHARS,
+) -> Verdict:
+    """Decide a state from a log tail and how long the log has been idle (pure, bounded)."""
+    text = tail[-max_chars:] if len(tail) > max_chars else tail
+    if not text.isascii() and "\u212a" in text:
+        # The Kelvin sign lowercases to an ASCII "k", which bytes.lower() does not know.
+        return _classify_reference(tail, idle_seconds=idle_seconds, stall_after_s=stall_after_s, max_chars=max_chars)
+    try:
+        raw = text.encode("utf-8")
+    except UnicodeEncodeError:  # lone surrogates
+        return _classify_reference(tail, idle_seconds=idle_seconds, stall_after_s=stall_after_s, max_chars=max_chars)
+    # `normalise`, on the encoded text: ANSI escapes, carriage returns, rank prefixes, control bytes.
+    if b"\x1b" in raw:
+        raw = _ANSI_BYTES.sub(b"", raw)
+    if b"\r" in raw:
+        raw = raw.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+    prepared = _prepare(raw, ranks_done=False)
+    if prepared is None:  # the prefix's \d is Unicode-aware: strip it from the text
+        prepared = _prepare(_strip_rank_prefixes(raw.decode("utf-8")).encode("utf-8"), ranks_done=True)
+    assert prepared is not None
+    raw, skeleton, cands = prepared
+    progress_pos, progress_line = _last_progress_bytes(raw, skeleton)
+    if len(_SPECIFIC_MATCHES) + len(_LAZY_MATCHES) > _LINE_MATCHES_MAX:
+        _forget()
+
+    def search(lazy: bool) -> list[_Hit]:
+        memo = _LAZY_MATCHES if lazy else _SPECIFIC_MATCHES
+        found: dict[int, _Hit] = {}
+        for start, line, prof in cands:
+            got = memo.get(line)
+            if got is None:
+                got = _line_matches(line, prof, lazy)
+                if len(line) <= _MEMO_LINE_BYTES:
+                    memo[line] = got
+            for idx, k in got:
+                if idx not in found:
+                    found[idx] = _Hit(_RULES[idx], start + k, _line_at(line.decode("utf-8"), 0))
+        return [found[idx] for idx in sorted(found)]
+
+    return _decide(search(False), lambda: search(True), progress_pos=progress_pos, progress_line=progress_line,
+                   text=lambda: raw.decode("utf-8"), tail=lambda n: _tail_of(raw, n), idle=_idle(idle_seconds),
+                   stall_after_s=stall_after_s)
+
+
+def _tail_of(raw: bytes, n: int) -> tuple[str, str]:
+    """(the end of the encoded tail from the line start before its last 4n bytes, decoded; its
+    last n characters lowercased): what `_decide` reads near the end, without decoding it all."""
+    start = raw.rfind(b"\n", 0, max(0, len(raw) - 4 * n)) + 1
+    text = raw[start:].decode("utf-8")
+    return text, _lower_same_length(text[-n:])
