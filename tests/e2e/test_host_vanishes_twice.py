@@ -201,9 +201,16 @@ def test_a_job_survives_its_host_vanishing_twice_and_ends_bit_identical(th_env: 
         diff = max(float((got[k] - want[k]).abs().max()) for k in want)
         assert diff <= 1e-6, diff
 
-        # The host that finished was stopped, never destroyed by automation.
+        # Automation destroyed no host that held work: the finished host is held (then stopped by the
+        # hold sweep), the lost ones were stopped; only standby hosts of the hedged recoveries that
+        # never trained may have been destroyed when the job no longer needed them.
+        from app.rentals import Rentals
+
         destroyed = [e for e in events("instance_destroyed") if e.payload.get("by") == "automation"]
-        assert destroyed == []
+        rentals = Rentals(engine)
+        assert all(not rentals.by_instance("sim", e.instance).held_work for e in destroyed), destroyed  # type: ignore[union-attr]
+        trained = {e.instance for e in events("training_started")}
+        assert not trained & {e.instance for e in destroyed}
         status = subprocess.run([sys.executable, "-m", "app.cli.main", "status", "--json"], cwd=ROOT, env=env,
                                 capture_output=True, text=True, timeout=120, check=False)
         assert status.returncode == 0, status.stderr
