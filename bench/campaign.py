@@ -4,6 +4,7 @@
     python bench/campaign.py --seeds 52      # plus generated variants of each generator
     python bench/campaign.py --only sweep --from-seed 53 --seeds 100        # issue 4, out of sample
     python bench/campaign.py --only recovery --recovery-from 31 --recovery-seeds 60   # issue 7, out of sample
+    python bench/campaign.py --only shipped --progress-hedge 3   # with progress-aware hedging (off by default)
 
 Every number is the simulated marketplace's own receipt (its billing and its truth), from
 `workers.campaign.run_campaign`; the same receipt `tuneharness sim campaign --json` prints.
@@ -22,7 +23,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from providers.sim.make_traces import adversarial, marketplace, recovery
 from providers.sim.trace import Trace, load_trace, parse_trace
-from workers.campaign import run_campaign
+from workers.campaign import run_campaign as _run_campaign
+
+PROGRESS_HEDGE: int | None = None  # --progress-hedge N: extra rentals per slow recovery (default: the policy's)
+
+
+def run_campaign(trace: Trace, **kw: Any) -> Any:
+    return _run_campaign(trace, progress_hedge_max=PROGRESS_HEDGE, **kw)
 
 POLICIES = ("guarded", "naive", "oracle")
 SHIPPED = ("smoke", "marketplace", "adversarial", "recovery", "hangs")
@@ -183,7 +190,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--recovery-from", type=int, default=1, help="first seed of the recovery(seed) sweep (default 1)")
     p.add_argument("--only", choices=("all", "shipped", "sweep", "recovery"), default="all",
                    help="shipped: the shipped-trace tables; sweep: marketplace/adversarial seeds; recovery: recovery seeds")
+    p.add_argument("--progress-hedge", type=int, default=None,
+                   help="extra rentals per waiting recovery whose chains pull slowly (default: the policy's, 0)")
     args = p.parse_args(argv)
+    global PROGRESS_HEDGE
+    PROGRESS_HEDGE = args.progress_hedge
     if args.only in ("all", "shipped"):
         traces = [(name, load_trace(name)) for name in SHIPPED]
         print(table(traces))

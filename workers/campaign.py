@@ -34,6 +34,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from app.market import LaunchSpec, MarketError, Offer, OfferQuery
+from app.policy.bootwatch import pull_rate_gb_per_s
 from app.policy.gpus import expected_tflops_bf16, same_gpu
 from app.policy.preflight import PreflightReport
 from app.policy.provisioning import (
@@ -56,6 +57,7 @@ from app.policy.provisioning import (
     ProvisioningConfig,
     Record,
     Recovered,
+    RecoveryProgress,
     RunPreflight,
     StartTraining,
     Stop,
@@ -189,7 +191,8 @@ class _Live:
 
 class _Campaign:
     def __init__(
-        self, trace: Trace, policy: str, *, jobs: int | None, seed: int, trace_label: str, standby_hosts: int | None = None
+        self, trace: Trace, policy: str, *, jobs: int | None, seed: int, trace_label: str, standby_hosts: int | None = None,
+        progress_hedge_max: int | None = None,
     ) -> None:
         if policy not in POLICIES:
             raise ValueError(f"unknown policy {policy!r}; known: {sorted(POLICIES)}")
@@ -201,6 +204,10 @@ class _Campaign:
             if standby_hosts < 0:
                 raise ValueError(f"standby_hosts must be >= 0, got {standby_hosts}")
             self.cfg = replace(self.cfg, standby_hosts=standby_hosts)
+        if progress_hedge_max is not None and self.cfg.recovery_hedge > 1:
+            if progress_hedge_max < 0:
+                raise ValueError(f"progress_hedge_max must be >= 0, got {progress_hedge_max}")
+            self.cfg = replace(self.cfg, progress_hedge_max=progress_hedge_max)
         self.clock = VirtualClock()
         self.t0 = self.clock.now()
         self.market = SimMarket(trace, self.clock)
@@ -219,6 +226,8 @@ class _Campaign:
         self.real_jobs: tuple[str, ...] = tuple(self.jobs)
         self.standby_ids: set[str] = set()
         self.hedge_ids: set[str] = set()  # standby jobs started to hedge a recovery
+        self.hedges_of: dict[str, list[str]] = {}  # recovering job -> the standby jobs hedging for it
+        self.pull_rates: list[float] = []  # GB/s of every pull watched (finished boots, killed pulls)
         self.standby_spans: dict[str, list[float | None]] = {}  # instance -> [start, end]: waiting as standby
         self.budget_stopped = False
         self.wake: dict[str, float] = {}
@@ -348,14 +357,50 @@ class _Campaign:
                 return job_id
         return None
 
-    def _new_standby_job(self, *, hedge_for: str | None = None) -> str:
+    def _new_standby_job(self, *, hedge_for: str | None = None, why: str = "", rentals: int | None = None) -> str:
         job_id = f"standby-{len(self.standby_ids) + 1}"
         self.standby_ids.add(job_id)
         if hedge_for is not None:
             self.hedge_ids.add(job_id)
-        self.jobs[job_id] = new_job(job_id, req=self.req, shape=self.shape, standby=True)
-        self._log("standby_wanted", job=job_id, hedge_for=hedge_for)
+            self.hedges_of.setdefault(hedge_for, []).append(job_id)
+        self.jobs[job_id] = new_job(job_id, req=self.req, shape=self.shape, standby=True, rentals_max=rentals)
+        self._log("standby_wanted", job=job_id, hedge_for=hedge_for, why=why, rentals=rentals)
         return job_id
+
+    def _recovery_served_by(self, job_id: str) -> str | None:
+        """The waiting recovery this job's provisioning works for (itself, or the job it hedges for)."""
+        if job_id in self.hedge_ids:
+            job_id = next((j for j, hs in self.hedges_of.items() if job_id in hs), job_id)
+        job = self.jobs.get(job_id)
+        if job is None or job.standby or job.lost_at is None or job.phase not in ("queued", "booting", "preflight"):
+            return None
+        return job_id
+
+    def _watch_pull(self, before: JobState, after: JobState) -> None:
+        """Remember the pull rate of an attempt that just left its boot: a finished boot's rate
+        from create to running, a killed pull's from its status line."""
+        att = before.attempt
+        if before.phase != "booting" or att is None:
+            return
+        now = self.clock.now()
+        if after.attempt is not None and after.attempt.instance_id == att.instance_id:
+            if after.phase != "booting" and now > att.created_at:
+                self.pull_rates.append(self.shape.download_gb / (now - att.created_at))
+            return
+        rate = pull_rate_gb_per_s(att.watch)
+        if rate is not None:
+            self.pull_rates.append(rate)
+
+    def _check_recovery_progress(self, job_id: str) -> None:
+        """Show a waiting recovery the chains working for it (progress-aware hedging)."""
+        if self.cfg.progress_hedge_max <= 0 or self.cfg.recovery_hedge <= 1:
+            return
+        rec = self._recovery_served_by(job_id)
+        if rec is None:
+            return
+        chains = tuple(self.jobs[h] for h in self.hedges_of.get(rec, ()))
+        view = MarketView(records=dict(self.records), pull_rates_gb_per_s=tuple(self.pull_rates))
+        self._feed(rec, RecoveryProgress(chains=chains, view=view), draw=False)
 
     def _standby_still_wanted(self, job_id: str) -> bool:
         """A standby job that has not yet rented a host: is it still needed (the pool is short,
@@ -489,12 +534,19 @@ class _Campaign:
         else:
             return
         self._feed(job_id, obs)
+        if isinstance(obs, Polled):
+            self._watch_pull(job, self.jobs[job_id])
+            self._check_recovery_progress(job_id)
 
-    def _feed(self, job_id: str, obs: Observation) -> None:
+    def _feed(self, job_id: str, obs: Observation, *, draw: bool = True) -> None:
+        """Decide on the observation and apply the actions. `draw=False`: the decision needs no
+        jitter, so draw none (the random stream, and every later backoff, stays as it was)."""
         pending: list[tuple[str, Observation]] = [(job_id, obs)]
         while pending:
             jid, o = pending.pop(0)
-            job, actions = decide(self.jobs[jid], o, self.clock.now(), cfg=self.cfg, jitter_u=self.rng.random())
+            jitter_u = self.rng.random() if draw else 0.5
+            draw = True
+            job, actions = decide(self.jobs[jid], o, self.clock.now(), cfg=self.cfg, jitter_u=jitter_u)
             self.jobs[jid] = job
             for act in actions:
                 follow = self._apply(act)
@@ -606,7 +658,7 @@ class _Campaign:
             self._start_trainer(act)
         elif isinstance(act, WantStandby):
             for _ in range(act.count):
-                self._wake(self._new_standby_job(hedge_for=act.job_id), now)
+                self._wake(self._new_standby_job(hedge_for=act.job_id, why=act.why, rentals=act.rentals), now)
         elif isinstance(act, Hold):
             if self.budget_stopped:
                 self._stop_instance(act.host.instance_id, reason="budget_cap", evidence="no holds after the cap")
@@ -630,6 +682,7 @@ class _Campaign:
                       standby=host.standby)
             self._offer_to_recoveries()
         elif isinstance(act, Recovered):
+            self.hedges_of.pop(act.job_id, None)
             att = self.jobs[act.job_id].attempt
             self.recovery_facts.append({
                 "detect_s": self.loss_noticed.get(act.job_id, act.lost_at) - act.lost_at,
@@ -830,13 +883,18 @@ def _p90(sorted_values: list[float]) -> float:
 
 def run_campaign(
     trace: Trace, *, policy: str = "guarded", jobs: int | None = None, seed: int = 0, trace_label: str | None = None,
-    standby_hosts: int | None = None,
+    standby_hosts: int | None = None, progress_hedge_max: int | None = None,
 ) -> CampaignResult:
     """Replay one campaign in virtual time; the receipt comes from the simulator's referee.
 
-    `standby_hosts` overrides the policy's warm standby pool (default: the policy's, 0).
+    `standby_hosts` overrides the policy's warm standby pool (default: the policy's, 0);
+    `progress_hedge_max` its extra rentals per waiting recovery whose chains pull slowly (default:
+    the policy's, 0; naive never hedges).
     """
-    c = _Campaign(trace, policy, jobs=jobs, seed=seed, trace_label=trace_label or trace.name, standby_hosts=standby_hosts)
+    c = _Campaign(
+        trace, policy, jobs=jobs, seed=seed, trace_label=trace_label or trace.name, standby_hosts=standby_hosts,
+        progress_hedge_max=progress_hedge_max,
+    )
     receipt = c.run()
     return CampaignResult(receipt=receipt, ledger=c.ledger, unfinished=dict(c.failed), recovery_facts=c.recovery_facts)
 

@@ -35,6 +35,8 @@ __all__ = [
     "freeze_window_s",
     "observe_boot",
     "parse_progress",
+    "projected_pull_done_at",
+    "pull_rate_gb_per_s",
     "start_watch",
 ]
 
@@ -156,11 +158,36 @@ def freeze_window_s(watch: BootWatch, cfg: BootWatchConfig) -> float:
     return window
 
 
+def _recent_rate_gb_per_s(watch: BootWatch) -> float | None:
+    fp, lp = watch.first_progress, watch.last_progress
+    if fp is not None and lp is not None and lp[0] > fp[0] and lp[1] > fp[1]:
+        return (lp[1] - fp[1]) / (lp[0] - fp[0])
+    return None
+
+
+def pull_rate_gb_per_s(watch: BootWatch) -> float | None:
+    """The average pull rate since the create (GB/s): what the status line shows done, over the
+    time from the create to when that line was first seen; None before it shows any progress.
+    Measured from the create, like a finished boot's create-to-running time, so the two compare."""
+    lp, seen_at = watch.last_progress, watch.last_change_at
+    if lp is None or seen_at is None or lp[1] <= 0 or seen_at <= watch.created_at:
+        return None
+    return lp[1] / (seen_at - watch.created_at)
+
+
+def projected_pull_done_at(watch: BootWatch) -> float | None:
+    """When the pull will be done at the average rate since the create, or None while no
+    progress is shown."""
+    rate, lp, total, seen_at = pull_rate_gb_per_s(watch), watch.last_progress, watch.total_gb, watch.last_change_at
+    if rate is None or lp is None or total is None or seen_at is None:
+        return None
+    return seen_at + max(total - lp[1], 0.0) / rate
+
+
 def _deadline_at(watch: BootWatch, cfg: BootWatchConfig) -> float:
-    fp, lp, total = watch.first_progress, watch.last_progress, watch.total_gb
-    if fp is not None and lp is not None and total is not None and lp[0] > fp[0] and lp[1] > fp[1]:
-        rate_gb_per_s = (lp[1] - fp[1]) / (lp[0] - fp[0])
-        projected_done_at = lp[0] + max(total - lp[1], 0.0) / rate_gb_per_s
+    rate, lp, total = _recent_rate_gb_per_s(watch), watch.last_progress, watch.total_gb
+    if rate is not None and lp is not None and total is not None:
+        projected_done_at = lp[0] + max(total - lp[1], 0.0) / rate
         projected_boot_s = projected_done_at - watch.created_at
         return watch.created_at + max(cfg.deadline_floor_s, cfg.deadline_factor * projected_boot_s)
     return watch.created_at + cfg.no_progress_deadline_s

@@ -28,6 +28,14 @@ A recovery that finds no verified host waiting hedges: with its own create it as
 (`hand_over` moves the job's own attempt, still booting, to a standby job), the others wait as
 standby. On a marketplace where most rentals are duds, one chain of attempts often meets a dud
 first; parallel chains bring the median recovery back to one image pull.
+
+While such a recovery waits, the driver shows it the chains that work for it (`RecoveryProgress`):
+a chain whose pull, at the rate its status line has shown, will end later than a fresh rental's
+would (the median pull rate observed on this marketplace, plus `progress_hedge_margin_s`) is slow;
+for each slow chain one more rental is started (`WantStandby(..., rentals=1)`: a standby job that
+rents once and does not retry after a dud), at most `progress_hedge_max` per recovery. A slow
+chain is never destroyed: it is healthy as far as anyone can see, and its host, once verified,
+waits like any other hedge.
 """
 
 from __future__ import annotations
@@ -43,6 +51,8 @@ from app.policy.bootwatch import (
     BootWatch,
     BootWatchConfig,
     observe_boot,
+    projected_pull_done_at,
+    pull_rate_gb_per_s,
     start_watch,
 )
 from app.policy.preflight import PreflightReport, judge_preflight, unreachable
@@ -56,7 +66,14 @@ from app.policy.ranking import (
     rank_offers,
 )
 from app.policy.reputation import MachineRecord
-from app.policy.retry import HeldHost, backoff_s, hedge_chains, may_create, pick_held_host
+from app.policy.retry import (
+    HeldHost,
+    backoff_s,
+    fresh_pull_s,
+    hedge_chains,
+    may_create,
+    pick_held_host,
+)
 
 __all__ = [
     "Action",
@@ -77,6 +94,7 @@ __all__ = [
     "ProvisioningConfig",
     "Record",
     "Recovered",
+    "RecoveryProgress",
     "RunPreflight",
     "StartTraining",
     "Stop",
@@ -92,6 +110,7 @@ __all__ = [
     "naive_config",
     "new_job",
     "oracle_config",
+    "slow_chains",
 ]
 
 Phase = Literal["queued", "booting", "preflight", "training", "done", "failed"]
@@ -135,6 +154,13 @@ class ProvisioningConfig:
     # (retry.standby_pool_size). standby_hosts=0 keeps no pool at all.
     standby_hosts_max: int | None = None
     standby_miss_p: float = 0.2
+    # Progress-aware hedging: while a recovery waits, each of its chains whose pull (at the rate
+    # its status line shows) ends later than a fresh rental's would, at the median pull rate
+    # observed on this marketplace plus progress_hedge_margin_s, gets one more rental (a standby
+    # job that does not retry), at most progress_hedge_max per recovery (0: off). Slow chains are
+    # never destroyed.
+    progress_hedge_max: int = 0  # off by default: measured in docs/campaign.md (it costs more than it saves)
+    progress_hedge_margin_s: float = 60.0
 
 
 def guarded_config() -> ProvisioningConfig:
@@ -209,10 +235,14 @@ class JobState:
     failure: str | None = None
     waiting_since: float | None = None  # when the job last found no offer that fits
     standby: bool = False  # provisions a verified host to hold for others, trains nothing
+    progress_hedges: int = 0  # standby jobs started for this recovery because its chains were slow
+    rentals_max: int | None = None  # a standby job that may rent only this many hosts (None: the config's cap)
 
 
-def new_job(job_id: str, *, req: Requirements, shape: JobShape, standby: bool = False) -> JobState:
-    return JobState(job_id=job_id, req=req, shape=shape, standby=standby)
+def new_job(
+    job_id: str, *, req: Requirements, shape: JobShape, standby: bool = False, rentals_max: int | None = None
+) -> JobState:
+    return JobState(job_id=job_id, req=req, shape=shape, standby=standby, rentals_max=rentals_max)
 
 
 # -- observations -----------------------------------------------------------------------------
@@ -224,6 +254,8 @@ class MarketView:
     records: Mapping[str, MachineRecord] = field(default_factory=dict)
     held: Sequence[HeldHost] = ()
     budget_left_usd: float | None = None  # None: no cap
+    # Pull rates (GB/s) observed on this marketplace: finished boots and pulls in progress.
+    pull_rates_gb_per_s: Sequence[float] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -281,6 +313,15 @@ class FailureSeen:
 
 
 @dataclass(frozen=True, slots=True)
+class RecoveryProgress:
+    """The driver's look at the provisioning chains working for a waiting recovery: the standby
+    jobs it started for it (the job's own attempt is in its state)."""
+
+    chains: Sequence[JobState] = ()
+    view: MarketView = MarketView()
+
+
+@dataclass(frozen=True, slots=True)
 class BudgetCapReached:
     """Spend reached a cap: end the job where it stands (checkpointed work stays safe)."""
 
@@ -290,6 +331,7 @@ class BudgetCapReached:
 
 Observation = (
     Tick | CreateResult | Adopted | Polled | PreflightResult | TrainerStatus | FailureSeen | BudgetCapReached
+    | RecoveryProgress
 )
 
 
@@ -386,11 +428,13 @@ class WakeAt:
 
 @dataclass(frozen=True, slots=True)
 class WantStandby:
-    """Start `count` standby jobs (new_job(..., standby=True)) for this job's recovery."""
+    """Start `count` standby jobs (new_job(..., standby=True, rentals_max=rentals)) for this job's
+    recovery; `rentals`: how many hosts each may rent (None: a chain that retries after duds)."""
 
     job_id: str
     count: int
     why: str
+    rentals: int | None = None
 
 
 Action = (
@@ -444,6 +488,8 @@ def decide(
         return _on_created(job, obs, now, cfg)
     if isinstance(obs, Adopted):
         return _on_adopted(job, obs, now, cfg)
+    if isinstance(obs, RecoveryProgress):
+        return _on_recovery_progress(job, obs, now, cfg)
     att = job.attempt
     if att is None:
         return job, []
@@ -483,6 +529,9 @@ def _on_tick(job: JobState, obs: Tick, now: float, cfg: ProvisioningConfig) -> t
     pick = choose_host(job, obs.view, now=now, cfg=cfg)
     if isinstance(pick, HeldHost):  # a verified host waits: no create, so no backoff either
         return job, [Adopt(job.job_id, pick)]
+    if job.standby and job.rentals_max is not None and job.creates >= job.rentals_max:
+        # A single extra rental for a slow recovery: it failed, and the chains go on without it.
+        return replace(job, phase="done", failure=f"its {job.creates} rental(s) used"), []
     if now < job.not_before:
         return job, [WakeAt(job.job_id, job.not_before)]
     if not may_create(creates_so_far=job.creates, max_creates=cfg.max_creates_per_job):
@@ -522,6 +571,48 @@ def hedge_width(cfg: ProvisioningConfig, records: Mapping[str, MachineRecord]) -
         delivery_rate=market_delivery_rate(records), first_try_p=cfg.hedge_first_try_p,
         at_least=cfg.recovery_hedge, at_most=cfg.recovery_hedge_max,
     )
+
+
+def slow_chains(
+    chains: Sequence[JobState], *, download_gb: float, rates_gb_per_s: Sequence[float], now: float, margin_s: float
+) -> int:
+    """How many of the chains still pulling will, at the rate their status lines show, finish
+    later than a fresh rental started now would (at the median observed pull rate) plus
+    `margin_s`. A chain whose rate is not yet visible, between attempts or in preflight is not
+    slow. 0 while no pull rate has been observed at all."""
+    own = [r for c in chains if c.attempt is not None and (r := pull_rate_gb_per_s(c.attempt.watch)) is not None]
+    fresh_s = fresh_pull_s(download_gb=download_gb, rates_gb_per_s=[*rates_gb_per_s, *own])
+    if fresh_s is None:
+        return 0
+    bound = now + fresh_s + margin_s
+    slow = 0
+    for c in chains:
+        if c.phase != "booting" or c.attempt is None:
+            continue
+        done_at = projected_pull_done_at(c.attempt.watch)
+        slow += done_at is not None and done_at > bound
+    return slow
+
+
+def _on_recovery_progress(
+    job: JobState, obs: RecoveryProgress, now: float, cfg: ProvisioningConfig
+) -> tuple[JobState, list[Action]]:
+    """A waiting recovery whose chains are slow starts one more chain per slow chain (bounded)."""
+    if job.standby or job.lost_at is None or job.phase not in ("queued", "booting", "preflight"):
+        return job, []
+    if cfg.progress_hedge_max <= 0 or cfg.recovery_hedge <= 1:
+        return job, []
+    chains = [job, *(c for c in obs.chains if c.phase not in ("done", "failed"))]
+    slow = slow_chains(
+        chains, download_gb=job.shape.download_gb, rates_gb_per_s=obs.view.pull_rates_gb_per_s, now=now,
+        margin_s=cfg.progress_hedge_margin_s,
+    )
+    extra = min(slow, cfg.progress_hedge_max) - job.progress_hedges
+    if extra <= 0:
+        return job, []
+    job = replace(job, progress_hedges=job.progress_hedges + extra)
+    why = f"{slow} of {len(chains)} chains pull slower than a fresh rental would: {extra} more"
+    return job, [WantStandby(job.job_id, extra, why, rentals=1)]
 
 
 def hand_over(job: JobState, *, standby_id: str) -> tuple[JobState, JobState] | None:
@@ -675,7 +766,10 @@ def _start_training(job: JobState, att: Attempt, now: float, cfg: ProvisioningCo
     acts: list[Action] = [StartTraining(job.job_id, att.instance_id, job.checkpoint_work_s)]
     if job.lost_at is not None:
         acts.append(Recovered(job.job_id, job.lost_machine or "", job.lost_cause or "lost", job.lost_at, now))
-    job = replace(job, phase="training", attempt=att, failures_in_row=0, lost_at=None, lost_cause=None, lost_machine=None)
+    job = replace(
+        job, phase="training", attempt=att, failures_in_row=0, lost_at=None, lost_cause=None, lost_machine=None,
+        progress_hedges=0,
+    )
     acts.append(WakeAt(job.job_id, now + cfg.monitor_s))
     return job, acts
 
@@ -745,7 +839,7 @@ def _lose_host(
     cause = "hang" if reason == "hang" else "lost"
     job = replace(
         job, phase="queued", attempt=None, excluded=job.excluded | {att.machine_id},
-        lost_at=lost_at, lost_cause=cause, lost_machine=att.machine_id, not_before=now,
+        lost_at=lost_at, lost_cause=cause, lost_machine=att.machine_id, not_before=now, progress_hedges=0,
     )
     acts.append(WakeAt(job.job_id, now))
     return job, acts

@@ -11,6 +11,7 @@ recovery adopts it and skips the image pull), and a fresh job does not take it.
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -22,6 +23,7 @@ __all__ = [
     "HeldHost",
     "backoff_s",
     "expired_holds",
+    "fresh_pull_s",
     "hedge_chains",
     "may_create",
     "pick_held_host",
@@ -62,6 +64,17 @@ def hedge_chains(*, delivery_rate: float, first_try_p: float, at_least: int, at_
         return hi
     need = math.ceil(math.log(1.0 - first_try_p) / math.log(1.0 - p) - 1e-9)
     return min(hi, max(lo, need))
+
+
+def fresh_pull_s(*, download_gb: float, rates_gb_per_s: Sequence[float]) -> float | None:
+    """How long a fresh rental's pull would take at the median pull rate observed on this
+    marketplace (pulls watched so far: finished boots and pulls in progress); None with no rate.
+    The advertised download speed is not used: on the measured marketplace it does not predict
+    the real one."""
+    rates = [r for r in rates_gb_per_s if r > 0]
+    if not rates or download_gb <= 0:
+        return None
+    return download_gb / statistics.median(rates)
 
 
 def standby_pool_size(

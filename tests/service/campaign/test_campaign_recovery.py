@@ -16,8 +16,11 @@ WATCHDOG_GRACE_S = 30 * 60.0  # issue 5: idle grace period
 WATCHDOG_INTERVAL_S = 5 * 60.0  # issue 5: watchdog period
 
 
-def campaign(trace: Trace, *, standby_hosts: int = 0) -> tuple[CampaignResult, _Campaign]:
-    c = _Campaign(trace, "guarded", jobs=None, seed=0, trace_label=trace.name, standby_hosts=standby_hosts)
+def campaign(
+    trace: Trace, *, standby_hosts: int = 0, progress_hedge_max: int | None = None
+) -> tuple[CampaignResult, _Campaign]:
+    c = _Campaign(trace, "guarded", jobs=None, seed=0, trace_label=trace.name, standby_hosts=standby_hosts,
+                  progress_hedge_max=progress_hedge_max)
     receipt = c.run()
     return CampaignResult(receipt=receipt, ledger=c.ledger, unfinished=dict(c.failed)), c
 
@@ -38,8 +41,8 @@ def recovery_facts(res: CampaignResult, c: _Campaign) -> list[dict[str, float]]:
     return facts
 
 
-def check_recovery_targets(trace: Trace, *, standby_hosts: int) -> dict[str, Any]:
-    res, c = campaign(trace, standby_hosts=standby_hosts)
+def check_recovery_targets(trace: Trace, *, standby_hosts: int, progress_hedge_max: int | None = None) -> dict[str, Any]:
+    res, c = campaign(trace, standby_hosts=standby_hosts, progress_hedge_max=progress_hedge_max)
     r = res.receipt
     assert r["jobs_completed"] == trace.workload.jobs and r["jobs_failed"] == 0 and r["unfinished_jobs"] == []
     assert r["good_hosts_destroyed"] == 0 and r["budget_exceeded"] is False
@@ -63,6 +66,27 @@ def test_shipped_recovery_trace_meets_the_recovery_targets(standby_hosts: int) -
     """Hosts vanishing mid-run: every job completes, losses are seen within 60 s, and the job is back
     within one image pull + 90 s (within 90 s with one standby host)."""
     check_recovery_targets(load_trace("recovery"), standby_hosts=standby_hosts)
+
+
+def test_progress_hedging_on_the_shipped_marketplace_meets_the_pull_target() -> None:
+    """With progress-aware hedging switched on (off by default), the marketplace recovery, whose
+    first hedged rentals were duds and slow pulls, rents once more for each chain pulling slower
+    than a fresh rental would (single rentals, at most progress_hedge_max), keeps every slow chain,
+    and is back within one image pull + 90 s; switched off, nothing of the kind is rented."""
+    check_recovery_targets(load_trace("marketplace"), standby_hosts=0, progress_hedge_max=3)
+    res, c = campaign(load_trace("marketplace"), progress_hedge_max=3)
+    extra = [e for e in res.ledger if e["kind"] == "standby_wanted" and e["rentals"] is not None]
+    assert extra and all(e["rentals"] == 1 for e in extra)
+    per_recovery: dict[str, int] = {}
+    for e in extra:
+        per_recovery[e["hedge_for"]] = per_recovery.get(e["hedge_for"], 0) + 1
+    assert all(n <= c.cfg.progress_hedge_max for n in per_recovery.values())
+    extra_jobs = {e["job"] for e in extra}
+    assert all(sum(1 for e in res.ledger if e["kind"] == "created" and e["job"] == j) <= 1 for j in extra_jobs)
+    slow_destroyed = [e for e in res.ledger if e["kind"] == "destroyed" and "slow" in e["evidence"]]
+    assert not slow_destroyed and res.receipt["good_hosts_destroyed"] == 0
+    off, _ = campaign(load_trace("marketplace"))
+    assert not [e for e in off.ledger if e["kind"] == "standby_wanted" and e["rentals"] is not None]
 
 
 @pytest.mark.parametrize("seed", [2, 4, 5, 8])
@@ -135,7 +159,7 @@ def test_a_recovery_on_a_dud_heavy_market_hedges_wider_than_the_minimum() -> Non
     res, c = campaign(load_trace("marketplace"))
     hedges: dict[str, int] = {}
     for e in res.ledger:
-        if e["kind"] == "standby_wanted" and e["hedge_for"]:
+        if e["kind"] == "standby_wanted" and e["hedge_for"] and e["rentals"] is None:  # not progress hedges
             hedges[e["hedge_for"]] = hedges.get(e["hedge_for"], 0) + 1
     assert hedges and all(n + 1 > c.cfg.recovery_hedge for n in hedges.values())
     assert all(n + 1 <= c.cfg.recovery_hedge_max for n in hedges.values())

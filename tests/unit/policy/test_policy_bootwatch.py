@@ -10,6 +10,8 @@ from app.policy.bootwatch import (
     fatal_match,
     observe_boot,
     parse_progress,
+    projected_pull_done_at,
+    pull_rate_gb_per_s,
     start_watch,
 )
 
@@ -122,3 +124,20 @@ def test_parse_progress_units() -> None:
     assert parse_progress("Downloading 3.21/23.00 GB") == (3.21, 23.0)
     assert parse_progress("pulled 500/1000 MB") == (0.5, 1.0)
     assert parse_progress("running") is None
+
+
+def test_the_pull_is_projected_from_the_average_rate_since_the_create() -> None:
+    """The rate is what the line shows done over the time since the create (to when that line was
+    first seen); the projection is when the whole download is done at that rate."""
+    w, _, _ = run(pull(every_s=10.0, gb_per_s=0.05, until=20.0))
+    assert pull_rate_gb_per_s(w) is not None and abs(pull_rate_gb_per_s(w) - 0.05) < 1e-9  # type: ignore[operator]
+    assert abs(projected_pull_done_at(w) - 23.0 / 0.05) < 1e-6  # type: ignore[operator]
+    slow, _, _ = run(pull(every_s=30.0, gb_per_s=0.05, until=40.0))  # line refreshed at 30 s, seen at 30 s
+    assert abs(projected_pull_done_at(slow) - 23.0 / 0.05) < 1e-6  # type: ignore[operator]
+
+
+def test_no_projection_before_the_line_shows_progress() -> None:
+    """A host that has shown nothing yet (or 0 GB) has no rate and no projection."""
+    w, _, _ = run([(10.0, "loading", "Downloading 0.00/23.00 GB")])
+    assert pull_rate_gb_per_s(w) is None and projected_pull_done_at(w) is None
+    assert projected_pull_done_at(start_watch(created_at=0.0)) is None

@@ -22,6 +22,7 @@ from app.policy.provisioning import (
     PreflightResult,
     Record,
     Recovered,
+    RecoveryProgress,
     RunPreflight,
     StartTraining,
     Stop,
@@ -333,3 +334,77 @@ def test_a_hung_trainer_with_an_idle_gpu_is_caught_in_a_minute() -> None:
     assert j.phase == "training"
     j, acts = decide(j, TrainerStatus(inst("running", util=0.0), "training", work_s=30.0), 405.0, cfg=CFG)
     assert j.phase == "queued" and j.lost_cause == "hang" and any(isinstance(a, Stop) for a in acts)
+
+
+def _pulling(job_id: str, *, created_at: float, gb_per_s: float, now: float, standby: bool = True) -> JobState:
+    """A chain whose host has pulled at `gb_per_s` since `created_at`, seen at `now`."""
+    j = replace(new_job(job_id, req=Requirements(), shape=SHAPE, standby=standby), not_before=created_at)
+    j, acts = decide(j, Tick(MarketView(offers=[offer(job_id)])), created_at, cfg=CFG)
+    create = acts[0]
+    assert isinstance(create, Create)
+    j, _ = decide(j, CreateResult(create.offer, f"i-{job_id}"), created_at, cfg=CFG)
+    line = f"Downloading {gb_per_s * (now - created_at):.2f}/23.00 GB"
+    j, _ = decide(j, Polled(replace(inst("loading", line), instance_id=f"i-{job_id}")), now, cfg=CFG)
+    assert j.phase == "booting"
+    return j
+
+
+def _waiting_recovery() -> JobState:
+    """A recovery whose own replacement (created at 710 s) pulls at 0.02 GB/s: 1150 s for 23 GB."""
+    j, acts = decide(lost(), Tick(MarketView(offers=[offer("b")])), 710.0, cfg=CFG)
+    create = acts[0]
+    assert isinstance(create, Create)
+    j, _ = decide(j, CreateResult(create.offer, "i-2"), 710.0, cfg=CFG)
+    j, _ = decide(j, Polled(replace(inst("loading", "Downloading 0.40/23.00 GB"), instance_id="i-2")), 730.0, cfg=CFG)
+    return j
+
+
+FAST = (0.08, 0.06, 0.07)  # GB/s seen on finished boots: a fresh rental pulls 23 GB in ~330 s
+HEDGING = replace(CFG, progress_hedge_max=3)  # progress-aware hedging is off by default
+
+
+def test_a_waiting_recovery_whose_chains_pull_slowly_rents_once_more_per_slow_chain() -> None:
+    """Given a recovery whose own replacement and one hedge pull far slower than a fresh rental
+    would (at the median rate observed), when the driver shows it its chains, then it asks for one
+    single rental per slow chain, never destroys a slow chain, and asks nothing more next time."""
+    j = _waiting_recovery()
+    chains = (_pulling("standby-1", created_at=710.0, gb_per_s=0.021, now=730.0),
+              _pulling("standby-2", created_at=710.0, gb_per_s=0.09, now=730.0))
+    view = MarketView(pull_rates_gb_per_s=FAST)
+    j2, acts = decide(j, RecoveryProgress(chains=chains, view=view), 730.0, cfg=HEDGING)
+    assert acts == [WantStandby("job-1", 2, acts[0].why, rentals=1)]  # type: ignore[union-attr]
+    assert j2.progress_hedges == 2 and j2.attempt == j.attempt
+    _, again = decide(j2, RecoveryProgress(chains=chains, view=view), 740.0, cfg=HEDGING)
+    assert again == []
+
+
+def test_progress_hedging_is_bounded_and_needs_an_observed_rate() -> None:
+    """At most progress_hedge_max extra rentals per recovery; with no pull rate observed anywhere,
+    no chain is called slow; chains on pace ask for nothing; a job not recovering asks for nothing;
+    the default configuration does not hedge on progress."""
+    j = _waiting_recovery()
+    slow = tuple(_pulling(f"standby-{i}", created_at=710.0, gb_per_s=0.02, now=730.0) for i in range(6))
+    many_fast = MarketView(pull_rates_gb_per_s=FAST * 4)  # the slow chains' own rates count too
+    _, acts = decide(j, RecoveryProgress(chains=slow, view=many_fast), 730.0, cfg=HEDGING)
+    assert len(acts) == 1 and isinstance(acts[0], WantStandby) and acts[0].count == HEDGING.progress_hedge_max
+    blind = replace(j, attempt=None, phase="queued")  # only the hedges' own (slow) rates are known
+    _, acts = decide(blind, RecoveryProgress(chains=slow[:1]), 730.0, cfg=HEDGING)
+    assert acts == []
+    paced = tuple(_pulling(f"standby-{i}", created_at=710.0, gb_per_s=0.07, now=730.0) for i in range(3))
+    _, acts = decide(blind, RecoveryProgress(chains=paced, view=MarketView(pull_rates_gb_per_s=FAST)), 730.0,
+                     cfg=HEDGING)
+    assert acts == []
+    _, acts = decide(training(), RecoveryProgress(chains=slow, view=many_fast), 730.0, cfg=HEDGING)
+    assert acts == []
+    _, acts = decide(j, RecoveryProgress(chains=slow, view=many_fast), 730.0, cfg=CFG)  # the default: off
+    assert acts == []
+
+
+def test_a_single_extra_rental_that_meets_a_dud_does_not_retry() -> None:
+    """A standby job allowed one rental ends after its host failed, instead of renting again."""
+    j = replace(_pulling("standby-9", created_at=710.0, gb_per_s=0.05, now=730.0), rentals_max=1)
+    j, acts = decide(j, Polled(replace(inst("loading", "Error: failed to pull image"), instance_id="i-standby-9")),
+                     740.0, cfg=CFG)
+    assert any(isinstance(a, Destroy) for a in acts) and j.phase == "queued"
+    j, acts = decide(j, Tick(MarketView(offers=[offer("c")])), 740.0, cfg=CFG)
+    assert j.phase == "done" and acts == []

@@ -7,6 +7,7 @@ from app.policy.retry import (
     HeldHost,
     backoff_s,
     expired_holds,
+    fresh_pull_s,
     hedge_chains,
     may_create,
     pick_held_host,
@@ -84,3 +85,10 @@ def test_standby_pool_grows_when_another_loss_during_a_refill_is_likely() -> Non
     # 2 losses in 2 host-hours: m = 2/3 h x 5 x 600 s = 0.56: P(another) = 43%
     assert standby_pool_size(losses=2, exposure_s=7200.0, **kw) == 2  # type: ignore[arg-type]
     assert standby_pool_size(losses=50, exposure_s=7200.0, **kw) == 2  # type: ignore[arg-type]
+
+
+def test_a_fresh_rental_is_expected_to_pull_at_the_median_rate_observed() -> None:
+    """A fresh rental's pull is the download at the median observed rate; no rate seen: unknown."""
+    assert fresh_pull_s(download_gb=23.0, rates_gb_per_s=[0.01, 0.1, 0.05]) == 23.0 / 0.05
+    assert fresh_pull_s(download_gb=23.0, rates_gb_per_s=[]) is None
+    assert fresh_pull_s(download_gb=23.0, rates_gb_per_s=[0.0]) is None
