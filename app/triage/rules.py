@@ -29,7 +29,7 @@ import re
 from bisect import bisect_right
 from collections.abc import Callable
 from dataclasses import dataclass
-from itertools import compress
+from itertools import accumulate, compress
 from pathlib import Path
 from typing import Any
 
@@ -1164,25 +1164,23 @@ def _prepare(raw: bytes, *, ranks_done: bool) -> tuple[bytes, bytes, list[_Candi
     try:
         profs = list(map(profiles.__getitem__, skeletons))
     except KeyError:
-        _learn([sk for sk in dict.fromkeys(skeletons) if sk not in profiles], profiles)
+        _learn(list(set(skeletons).difference(profiles)), profiles)
         profs = list(map(profiles.__getitem__, skeletons))
+    ends = list(accumulate(map(len, skeletons)))  # end of line i, not counting the i newlines before it
     cands: list[_Candidate] = []
     seen: set[bytes] = set()
-    at = 0
-    for prof, sk in compress(zip(profs, skeletons, strict=True), profs):
+    for i in compress(range(len(skeletons)), profs):
+        prof = profs[i]
         if prof[2]:  # type: ignore[misc]  # compress keeps the non-empty profiles only
             if not ranks_done:
                 return None
             if prof is _RANKED:
                 continue
-        # The line's offset: no line between the previous candidate and this one holds `sk`
-        # (it would hold its needles, so it would be a candidate), so the next `sk` is this line.
-        start = skeleton.find(sk, at)
-        at = start + len(sk)
-        line = raw[start:at]
+        end = ends[i] + i
+        line = raw[end - len(skeletons[i]) : end]
         if line not in seen:
             seen.add(line)
-            cands.append((start, line, prof))
+            cands.append((end - len(line), line, prof))
     return raw, skeleton, cands
 
 
