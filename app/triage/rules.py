@@ -614,19 +614,19 @@ _FATAL_FLOOR = 55  # hits at or above this weight are terminal failures (unless 
 
 _GENERIC_WRAPPERS = re.compile(r"ChildFailedError|CalledProcessError|exitcode\s*:\s*1\b")
 
-_PROGRESS = re.compile(
-    r"\d{1,3}%\|[^|\n]{0,80}\|\s*\d+/\d+ \["  # tqdm
-    r"""|[{,]\s*['"](?:loss|train_loss|grad_norm|learning_rate)['"]\s*:\s*[-+\d.e]+"""  # HF dicts
-    r"|\biter(?:ation)?\s+\d+\s*(?:/\s*\d+)?\s*[:|,]?\s*(?:loss|train loss|lm loss)"  # nanoGPT
-    r"|\biteration\s+\d+\s*/\s*\d+\s*\|"  # Megatron
-    r"|\bstep[=:\s]\s*\d+.{0,40}\b(?:loss|lr)\b"  # generic step lines, DeepSpeed
-    r"|\b(?:epoch|Epoch)\s*[:=]?\s*\d+.{0,60}\bloss\b"
-    r"|(?:\b|_)loss\s*[=:]\s*[-+\d.]|(?:\b|_)loss\s+\d+\.\d+"
-    r"|\bprogress:\s*\d+/\d+"  # mmf and other "progress: N/M" loggers
-    r"|^\|\s*\d+\s*\|\s*[-+\d.e]+\s*\|"  # unsloth / TRL step table
-    r"|saving (?:model )?checkpoint to",
-    re.IGNORECASE,
+_PROGRESS_ALTERNATIVES = (
+    r"\d{1,3}%\|[^|\n]{0,80}\|\s*\d+/\d+ \[",  # tqdm
+    r"""[{,]\s*['"](?:loss|train_loss|grad_norm|learning_rate)['"]\s*:\s*[-+\d.e]+""",  # HF dicts
+    r"\biter(?:ation)?\s+\d+\s*(?:/\s*\d+)?\s*[:|,]?\s*(?:loss|train loss|lm loss)",  # nanoGPT
+    r"\biteration\s+\d+\s*/\s*\d+\s*\|",  # Megatron
+    r"\bstep[=:\s]\s*\d+.{0,40}\b(?:loss|lr)\b",  # generic step lines, DeepSpeed
+    r"\b(?:epoch|Epoch)\s*[:=]?\s*\d+.{0,60}\bloss\b",
+    r"(?:\b|_)loss\s*[=:]\s*[-+\d.]|(?:\b|_)loss\s+\d+\.\d+",
+    r"\bprogress:\s*\d+/\d+",  # mmf and other "progress: N/M" loggers
+    r"^\|\s*\d+\s*\|\s*[-+\d.e]+\s*\|",  # unsloth / TRL step table
+    r"saving (?:model )?checkpoint to",
 )
+_PROGRESS = re.compile("|".join(_PROGRESS_ALTERNATIVES), re.IGNORECASE)
 _GRAD_NORM_VALUE = re.compile(r"""\bgrad[ _]norm['"]?\s*[:=]?\s*['"]?([-+]?(?:nan|inf(?:inity)?|[\d.]+(?:e[-+]?\d+)?))""")
 _LOSS_VALUE = re.compile(
     r"""loss(?:(?<=['"]loss)['"]\s*:\s*|(?<!\wloss)\s*[=:]?\s*)([-+]?\d+(?:\.\d+)?(?:e[-+]?\d+)?)"""
@@ -1115,6 +1115,34 @@ _RANK_PREFIX_AT_START = re.compile(r"\[(?:rank|default)\d+\]:[ ]?")
 _PROGRESS_MARKERS_B = tuple(m.encode("ascii") for m in _PROGRESS_MARKERS if m != "%|")
 
 
+_PROGRESS_PARTS = tuple(re.compile(a, re.IGNORECASE) for a in _PROGRESS_ALTERNATIVES)
+# The only characters that match an ASCII letter case-insensitively without being one (and that
+# str.lower() does not turn into it): with none of them, a literal in a match is in line.lower().
+_FOLDS_TO_ASCII = ("\u0130", "\u0131", "\u017f", "\u212a")
+
+
+def _is_progress(line: str) -> bool:
+    """`_PROGRESS.search(line) is not None`, running only the alternatives whose words the line has
+    (a search of an alternation finds a match exactly when one of its alternatives does)."""
+    if not line.isascii() and any(c in line for c in _FOLDS_TO_ASCII):
+        return _PROGRESS.search(line) is not None
+    low = line.lower()
+    loss = "loss" in low
+    tqdm, hf, nano, megatron, step, epoch, bare_loss, progress, table, saving = _PROGRESS_PARTS
+    return bool(
+        ("%|" in low and tqdm.search(line))
+        or ((loss or "grad_norm" in low or "learning_rate" in low) and hf.search(line))
+        or (loss and "iter" in low and nano.search(line))
+        or ("iteration" in low and megatron.search(line))
+        or ("step" in low and (loss or "lr" in low) and step.search(line))
+        or (loss and "epoch" in low and epoch.search(line))
+        or (loss and bare_loss.search(line))
+        or ("progress:" in low and progress.search(line))
+        or (low.startswith("|") and table.search(line))
+        or ("checkpoint to" in low and saving.search(line))
+    )
+
+
 def _last_marker(low: bytes, end: int) -> int:
     """max(low.rfind(m, 0, end) for m in the progress markers), searching back in growing windows
     (an occurrence inside a window is later than any that starts before it)."""
@@ -1139,7 +1167,7 @@ def _last_progress_bytes(raw: bytes, low: bytes) -> tuple[int, str]:
         start = raw.rfind(b"\n", 0, pos) + 1
         stop = raw.find(b"\n", pos)
         line = raw[start : stop if stop >= 0 else len(raw)].decode("utf-8")
-        if _PROGRESS.search(line):
+        if _is_progress(line):
             return start, line.strip()[:_EVIDENCE_CHARS]
         end = start
     return -1, ""
