@@ -7,8 +7,14 @@ How it decides:
 
 1. The tail is bounded (`max_chars`), ANSI escapes and control bytes are removed, carriage-return
    progress-bar redraws become separate lines.
-2. Every rule has cheap lowercase *needles*; its regular expression runs only when a needle is
-   present, which keeps the stage well above 5,000 tails per second on one core.
+2. Every rule has cheap lowercase *needles*; its regular expression runs only on the lines that
+   hold one of them. Finding those lines on a long tail without a Python-speed pass over it: the
+   tail is encoded once, and one `bytes.translate` lowercases it, maps every digit to "0" and
+   every character that is in no needle to "#" (each line's *skeleton*). A needle in a line is in
+   its skeleton, so the needle scan runs once per distinct skeleton (progress lines repeat a few
+   shapes with other numbers), remembered across calls; the rules' regexes run once per distinct
+   candidate line, also remembered (both memories are bounded). `_classify_reference` is the
+   plain whole-text version; a property test holds the two to identical verdicts.
 3. Evidence is ranked by **specificity, not position**: `CUDA out of memory` outranks the
    `ChildFailedError` / `CalledProcessError` wrapper tracebacks that launchers print after it;
    a watchdog timeout on another rank ranks below the OOM that caused it.

@@ -1,0 +1,158 @@
+"""The rules stage's fast path (skeleton pre-filter, memories) gives exactly the plain whole-text verdicts."""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from app.triage import rules
+from app.triage.corpus import DATA_DIR
+
+ROWS = [
+    json.loads(line)
+    for split in ("train", "eval", "ood", "handwritten")
+    for line in (DATA_DIR / "corpus" / f"{split}.jsonl").read_text(encoding="utf-8").splitlines()
+    if line.strip()
+]
+HEALTHY = [r["log"] for r in ROWS if r["state"] == "progressing"]
+LINES = sorted({ln for r in ROWS for ln in r["log"].splitlines()})
+
+# Things that real tails carry and that the fast path treats specially.
+_SPICE = [
+    "\x1b[31m", "\x1b[0m", "\x1b]0;title\x07", "\r", "\r\n", "[rank0]: ", "[rank12]:", "[default3]: ", "[RANK1]: ",
+    "[rank\u0663]: ", "\x00", "\x07", "\t", "\u212a", "\u0130", "\u017f", "\u03a3", "█", "Errno 28", "ERRNO 5]",
+    "exit code 137", "OOM", "loss: nan", "grad_norm: inf", "Training completed.", "Killed", "  ", "\n", "é", "\ud800",
+    # needles with digits (their skeletons hold "0" instead, so the line itself is checked), and near misses
+    "Error 802:", "Error 809:", "bf16", "bf61", "[Errno 13]", "[Errno 31]", "[Errno 116]", "[Errno 2]", "[Errno 22]",
+    "S3", "s4", "num_samples=0", "num_samples=7", "unscale FP16", "exit code 0", "exit code 9", "errno 24]",
+]
+
+
+def _shake(rng: random.Random, text: str) -> str:
+    """A tail as a long log might end: healthy progress before it, some lines moved or repeated, and
+    ANSI colours, carriage returns, rank prefixes, control bytes and odd characters sprinkled in."""
+    lines = text.split("\n")
+    for _ in range(rng.randrange(4)):
+        i, j = rng.randrange(len(lines)), rng.randrange(len(lines))
+        lines[i], lines[j] = lines[j], lines[i]
+    for _ in range(rng.randrange(4)):
+        lines.insert(rng.randrange(len(lines) + 1), rng.choice(LINES))
+    for _ in range(rng.randrange(6)):
+        i = rng.randrange(len(lines))
+        k = rng.randrange(len(lines[i]) + 1)
+        lines[i] = lines[i][:k] + rng.choice(_SPICE) + lines[i][k:]
+    pad = ""
+    target = rng.choice([0, 0, 2_000, 8_192, 32_768, 40_000])
+    while len(pad) < target:
+        pad += rng.choice(HEALTHY)
+    return (pad + "\n".join(lines))[-max(target, 1) :] if target else "\n".join(lines)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(0, 2**32 - 1), st.booleans())
+def test_fast_classify_equals_the_reference_on_padded_shuffled_spiced_tails(seed: int, forget: bool) -> None:
+    """Property: for corpus tails padded, shuffled and spiced at random, the fast path's verdict equals the reference's."""
+    rng = random.Random(seed)
+    row = rng.choice(ROWS)
+    tail = _shake(rng, row["log"])
+    idle = rng.choice([None, row["idle_seconds"], 5.0, 5000.0, float("nan")])
+    if forget:
+        rules._forget()
+    assert rules.classify(tail, idle_seconds=idle) == rules._classify_reference(tail, idle_seconds=idle)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(max_size=400), st.sampled_from(LINES), st.integers(0, 3))
+def test_fast_classify_equals_the_reference_on_arbitrary_text(noise: str, line: str, copies: int) -> None:
+    """Property: arbitrary text (surrogates, controls, any script) around a real log line gets the reference verdict."""
+    tail = "\n".join([noise, *[line] * copies, noise[::-1]])
+    assert rules.classify(tail, idle_seconds=30) == rules._classify_reference(tail, idle_seconds=30)
+
+
+def test_every_corpus_row_and_its_long_variants_get_the_reference_verdict() -> None:
+    """Given every committed row, as generated and padded to 32 KB of healthy progress, both paths agree."""
+    rng = random.Random(1)
+    for row in ROWS:
+        pad = "".join(rng.sample(HEALTHY, 30))
+        for tail in (row["log"], (pad + row["log"])[-32_768:]):
+            fast = rules.classify(tail, idle_seconds=row["idle_seconds"])
+            assert fast == rules._classify_reference(tail, idle_seconds=row["idle_seconds"]), row["id"]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.sampled_from(LINES), st.text(alphabet="0123456789 :=-_[]'\"ABCabc|%", max_size=12), st.integers(0, 200))
+def test_a_line_is_a_candidate_for_exactly_the_rules_it_holds_a_needle_of(line: str, extra: str, at: int) -> None:
+    """Property: the skeleton profile (plus the digit needles checked in the line) names exactly the rules with a needle in the line."""
+    line = line[:at] + extra + line[at:]
+    raw = line.encode("utf-8", errors="replace")
+    low = raw.lower()
+    profiles: dict[bytes, rules._Profile] = {}
+    skeleton = raw.translate(rules._SKELETON)
+    rules._learn([skeleton], profiles)
+    prof = profiles[skeleton]
+    found: set[int] = set()
+    if prof:
+        exact, digits, _ = prof  # type: ignore[misc]
+        found = set(exact) | {r for needle, rs in digits if needle in low for r in rs}
+    text_low = rules._lower_same_length(raw.decode("utf-8"))
+    expected = {i for i, rule in enumerate(rules._RULES) if any(n in text_low for n in rule.needles)}
+    assert found == expected
+
+
+_OLD_LOSS_VALUE = re.compile(r"""(?:['"]loss['"]\s*:\s*|\bloss\s*[=:]?\s*)([-+]?\d+(?:\.\d+)?(?:e[-+]?\d+)?)""")
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from(["loss", "'loss'", '"loss"', ": ", "=", " ", "1.5", "-2e-3", "x", "_", "\n", "é", "0"]),
+                max_size=30))
+def test_the_literal_first_loss_pattern_reads_the_same_values_on_the_same_lines(parts: list[str]) -> None:
+    """Property: the rewritten loss-value regex finds the same numbers, each on the same line, as the original."""
+    text = "".join(parts)
+
+    def read(pattern: re.Pattern[str]) -> list[tuple[str, int]]:
+        return [(m.group(1), text.count("\n", 0, m.start())) for m in pattern.finditer(text)]
+
+    assert read(rules._LOSS_VALUE) == read(_OLD_LOSS_VALUE)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.sampled_from(LINES), st.text(alphabet="Ssſ\u212aKkIıİ%|: =0123456789", max_size=10), st.integers(0, 100))
+def test_the_progress_check_by_parts_equals_the_whole_regex(line: str, extra: str, at: int) -> None:
+    """Property: `_is_progress` answers exactly as a search with the whole progress regex (case folding included)."""
+    line = line[:at] + extra + line[at:]
+    assert rules._is_progress(line) == (rules._PROGRESS.search(line) is not None)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from(["[rank0]:", "[rank12]: ", "[default1]:", "[rank\u0663]:", "\n", "x", " ", "[rank"]),
+                max_size=20))
+def test_rank_prefixes_are_stripped_as_the_multiline_regex_strips_them(parts: list[str]) -> None:
+    """Property: the literal-first rank-prefix substitution equals `_RANK_PREFIX.sub` (line starts only, Unicode digits)."""
+    text = "".join(parts)
+    assert rules._strip_rank_prefixes(text) == rules._RANK_PREFIX.sub("", text)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from(["\x1b[31m", "\x1b[0m", "\x1b]0;t\x07", "\x1b]8;;x\x1b\\", "\x1b", "\x1b[", "é", "█", "a",
+                                 "\x07", "\n"]), max_size=20))
+def test_ansi_escapes_are_removed_from_the_encoded_tail_as_from_the_text(parts: list[str]) -> None:
+    """Property: the bytes version of the ANSI regex removes exactly the encoded characters the text version removes."""
+    text = "".join(parts)
+    assert rules._ANSI_BYTES.sub(b"", text.encode("utf-8")) == rules._ANSI.sub("", text).encode("utf-8")
+
+
+def test_the_memories_stay_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Given small limits, triaging many distinct lines never lets a memory grow past its limit (plus one tail)."""
+    monkeypatch.setattr(rules, "_PROFILES_MAX", 50)
+    monkeypatch.setattr(rules, "_LINE_MATCHES_MAX", 50)
+    rules._forget()
+    for i in range(300):
+        rules.classify(f"step {i} error: field_{'x' * (i % 40)}_{chr(97 + i % 26)} is invalid\nline {i}\n")
+        assert len(rules._PROFILES) <= 50 + 3
+        assert len(rules._SPECIFIC_MATCHES) + len(rules._LAZY_MATCHES) <= 50 + 4
+    rules._forget()
