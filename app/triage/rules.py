@@ -633,7 +633,11 @@ _PROGRESS_ALTERNATIVES = (
     r"saving (?:model )?checkpoint to",
 )
 _PROGRESS = re.compile("|".join(_PROGRESS_ALTERNATIVES), re.IGNORECASE)
-_GRAD_NORM_VALUE = re.compile(r"""\bgrad[ _]norm['"]?\s*[:=]?\s*['"]?([-+]?(?:nan|inf(?:inity)?|[\d.]+(?:e[-+]?\d+)?))""")
+# The same matches as \bgrad[ _]norm...: the word boundary is checked after the literal "grad",
+# which `re` then searches for at C speed instead of trying every position.
+_GRAD_NORM_VALUE = re.compile(
+    r"""grad(?<!\wgrad)[ _]norm['"]?\s*[:=]?\s*['"]?([-+]?(?:nan|inf(?:inity)?|[\d.]+(?:e[-+]?\d+)?))"""
+)
 _LOSS_VALUE = re.compile(
     r"""loss(?:(?<=['"]loss)['"]\s*:\s*|(?<!\wloss)\s*[=:]?\s*)([-+]?\d+(?:\.\d+)?(?:e[-+]?\d+)?)"""
 )  # searched in lowercased text. The same values as (?:['"]loss['"]\s*:\s*|\bloss\s*[=:]?\s*)(...), whose

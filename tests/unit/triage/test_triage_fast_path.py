@@ -156,3 +156,15 @@ def test_the_memories_stay_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
         assert len(rules._PROFILES) <= 50 + 3
         assert len(rules._SPECIFIC_MATCHES) + len(rules._LAZY_MATCHES) <= 50 + 4
     rules._forget()
+
+
+_OLD_GRAD_NORM_VALUE = re.compile(r"""\bgrad[ _]norm['"]?\s*[:=]?\s*['"]?([-+]?(?:nan|inf(?:inity)?|[\d.]+(?:e[-+]?\d+)?))""")
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from(["grad_norm", "grad norm", "xgrad_norm", "'", ": ", "=", " ", "1.5", "inf", "-nan", "é",
+                                 "\n", "_", "grad"]), max_size=30))
+def test_the_literal_first_grad_norm_pattern_reads_the_same_values(parts: list[str]) -> None:
+    """Property: the rewritten grad-norm regex finds the same values as the original."""
+    text = "".join(parts)
+    assert rules._GRAD_NORM_VALUE.findall(text) == _OLD_GRAD_NORM_VALUE.findall(text)
