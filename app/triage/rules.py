@@ -1250,8 +1250,15 @@ def classify(
         raw = _ANSI_BYTES.sub(b"", raw)
     if b"\r" in raw:
         raw = raw.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
-    prepared = _prepare(raw, ranks_done=False)
-    if prepared is None:  # the prefix's \d is Unicode-aware: strip it from the text
+    head = raw[:512]
+    # torchrun prefixes every line of a worker ("[rank0]: ..."): then strip before anything else;
+    # otherwise only if a line turns out to begin with a prefix (the prefix's \d is Unicode-aware,
+    # so it is stripped from the text).
+    ranked = b"[rank" in head or b"[default" in head
+    if ranked:
+        raw = _strip_rank_prefixes(raw.decode("utf-8")).encode("utf-8")
+    prepared = _prepare(raw, ranks_done=ranked)
+    if prepared is None:
         prepared = _prepare(_strip_rank_prefixes(raw.decode("utf-8")).encode("utf-8"), ranks_done=True)
     assert prepared is not None
     raw, skeleton, cands = prepared

@@ -168,3 +168,13 @@ def test_the_literal_first_grad_norm_pattern_reads_the_same_values(parts: list[s
     """Property: the rewritten grad-norm regex finds the same values as the original."""
     text = "".join(parts)
     assert rules._GRAD_NORM_VALUE.findall(text) == _OLD_GRAD_NORM_VALUE.findall(text)
+
+
+def test_tails_whose_every_line_carries_a_torchrun_rank_prefix_get_the_reference_verdict() -> None:
+    """Given corpus tails with "[rankN]: " before every line (torchrun >= 2.2 workers), both paths agree."""
+    rng = random.Random(3)
+    for row in rng.sample(ROWS, 200):
+        prefix = rng.choice(["[rank0]: ", "[rank3]:", "[default1]: ", "[rank\u0663]: "])
+        tail = "".join(prefix + ln for ln in row["log"].splitlines(keepends=True))
+        assert rules.classify(tail, idle_seconds=row["idle_seconds"]) == rules._classify_reference(
+            tail, idle_seconds=row["idle_seconds"]), row["id"]
