@@ -1033,19 +1033,26 @@ _Profile = tuple[()] | tuple[frozenset[int], tuple[tuple[bytes, tuple[int, ...]]
 _RANKED: _Profile = (frozenset(), (), True)
 _RANKED_SKELETON = re.compile(rb"\[(?:rank|default)[0#]+\]:")  # `_RANK_PREFIX` as seen in a skeleton
 _PROFILES: dict[bytes, _Profile] = {}
-_PROFILES_MAX = 20_000  # distinct skeletons remembered (a few MB at most); then start afresh
+_PROFILES_MAX = 20_000  # distinct skeletons remembered ...
+_PROFILES_MAX_BYTES = 4 << 20  # ... and their bytes (one long line must not fill it); then start afresh
+_PROFILES_BYTES = [0]
 # Encoded line -> (rule index, byte offset of its first match in the line) for every specific
 # (lazy) rule that matches the line. Lines repeat verbatim (warnings, banners, a log written
 # twice), so each rule's regex runs once per distinct line.
 _SPECIFIC_MATCHES: dict[bytes, tuple[tuple[int, int], ...]] = {}
 _LAZY_MATCHES: dict[bytes, tuple[tuple[int, int], ...]] = {}
-_LINE_MATCHES_MAX = 50_000
+_LINE_MATCHES_MAX = 20_000  # lines of at most _MEMO_LINE_BYTES: 20 MB at the very most
 _MEMO_LINE_BYTES = 1_000  # longer lines are not remembered
+
+
+class _MemoryEmptied(Exception):
+    """Another thread emptied the shared skeleton memory while this call was filling it."""
 
 
 def _forget() -> None:
     """Empty the fast path's memories (benchmarks of cold tails, tests)."""
     _PROFILES.clear()
+    _PROFILES_BYTES[0] = 0
     _SPECIFIC_MATCHES.clear()
     _LAZY_MATCHES.clear()
 
@@ -1196,14 +1203,20 @@ def _prepare(raw: bytes, *, ranks_done: bool) -> tuple[bytes, bytes, list[_Candi
         raw = raw.translate(None, _CONTROL_BYTES)
         skeleton = raw.translate(_SKELETON)
     profiles = _PROFILES
-    if len(profiles) > _PROFILES_MAX:
+    if len(profiles) > _PROFILES_MAX or _PROFILES_BYTES[0] > _PROFILES_MAX_BYTES:
         profiles.clear()
+        _PROFILES_BYTES[0] = 0
     skeletons = skeleton.split(b"\n")
     try:
         profs = list(map(profiles.__getitem__, skeletons))
-    except KeyError:
-        _learn(list(set(skeletons).difference(profiles)), profiles)
-        profs = list(map(profiles.__getitem__, skeletons))
+    except KeyError:  # new line shapes
+        new = list(set(skeletons).difference(profiles))
+        _PROFILES_BYTES[0] += sum(map(len, new))
+        _learn(new, profiles)
+        try:
+            profs = list(map(profiles.__getitem__, skeletons))
+        except KeyError:
+            raise _MemoryEmptied from None
     ends = list(accumulate(map(len, skeletons)))  # end of line i, not counting the i newlines before it
     cands: list[_Candidate] = []
     seen: set[bytes] = set()
@@ -1257,9 +1270,12 @@ def classify(
     ranked = b"[rank" in head or b"[default" in head
     if ranked:
         raw = _strip_rank_prefixes(raw.decode("utf-8")).encode("utf-8")
-    prepared = _prepare(raw, ranks_done=ranked)
-    if prepared is None:
-        prepared = _prepare(_strip_rank_prefixes(raw.decode("utf-8")).encode("utf-8"), ranks_done=True)
+    try:
+        prepared = _prepare(raw, ranks_done=ranked)
+        if prepared is None:
+            prepared = _prepare(_strip_rank_prefixes(raw.decode("utf-8")).encode("utf-8"), ranks_done=True)
+    except _MemoryEmptied:
+        return _classify_reference(tail, idle_seconds=idle_seconds, stall_after_s=stall_after_s, max_chars=max_chars)
     assert prepared is not None
     raw, skeleton, cands = prepared
     progress_pos, progress_line = _last_progress_bytes(raw, skeleton)

@@ -155,7 +155,26 @@ def test_the_memories_stay_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
         rules.classify(f"step {i} error: field_{'x' * (i % 40)}_{chr(97 + i % 26)} is invalid\nline {i}\n")
         assert len(rules._PROFILES) <= 50 + 3
         assert len(rules._SPECIFIC_MATCHES) + len(rules._LAZY_MATCHES) <= 50 + 4
+    monkeypatch.setattr(rules, "_PROFILES_MAX_BYTES", 100_000)
+    for i in range(30):
+        rules.classify(f"{chr(97 + i % 26) * 30_000} error {i}\n")
+        assert sum(map(len, rules._PROFILES)) <= 100_000 + 30_100
     rules._forget()
+
+
+def test_a_memory_emptied_by_another_thread_meanwhile_falls_back_to_the_reference(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Given the skeleton memory emptied right after new shapes were learned, the verdict is still the reference's."""
+    learn = rules._learn
+
+    def learn_then_lose(skeletons: list[bytes], profiles: dict[bytes, rules._Profile]) -> None:
+        learn(skeletons, profiles)
+        profiles.clear()
+
+    monkeypatch.setattr(rules, "_learn", learn_then_lose)
+    rules._forget()
+    tail = ROWS[0]["log"] + "torch.OutOfMemoryError: CUDA out of memory.\n"
+    assert rules.classify(tail) == rules._classify_reference(tail)
+    assert rules.classify(tail).state == "oom"
 
 
 _OLD_GRAD_NORM_VALUE = re.compile(r"""\bgrad[ _]norm['"]?\s*[:=]?\s*['"]?([-+]?(?:nan|inf(?:inity)?|[\d.]+(?:e[-+]?\d+)?))""")
