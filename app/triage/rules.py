@@ -297,7 +297,9 @@ _rule("loss-exploded", "diverged", 90, ("explosion", "explod", "diverg"),
 
 # --- cuda_fault: driver/runtime mismatch, no device, illegal access, Xid/ECC, NCCL errors ----
 _rule("xid", "cuda_fault", 97, ("xid", "fallen off the bus"),
-      r"NVRM: Xid|\bXid \(?PCI|\bXid:? ?\d+\b|GPU has fallen off the bus")
+      r"NVRM: Xid|\bXid \(?PCI|\bXid:? ?\d+\b|GPU has fallen off the bus"
+      # the kernel wraps long NVRM messages: "NVRM: The NVIDIA GPU ... / NVRM: fallen off the bus and ..."
+      r"|NVRM: .{0,80}fallen off the bus|fallen off the bus and is not responding")
 _rule("ecc", "cuda_fault", 97, ("ecc", "row remap"),
       r"uncorrectable ECC error|\bECC error|double[- ]bit ECC|row remap(?:ping)? (?:failure|pending)")
 _rule("illegal-access", "cuda_fault", 96, ("launchfailure", "illegal", "misaligned", "unspecified launch failure", "launch failure", "launch timed out"),
@@ -333,6 +335,11 @@ _rule("cuda-lib", "cuda_fault", 88, ("libcuda", "libcudart", "libcublas", "libnv
       r"|detected CUDA version \([\d.]+\) mismatches the version that was used to compile PyTorch"
       r"|Error named symbol not found at line \d+ in file|libbitsandbytes_cpu\.so: undefined symbol",
       soft=True, confidence=0.9)
+# The CUDA toolkit itself is missing on the host (a JIT extension build cannot find nvcc): no
+# ambiguity left, unlike a bare "Error building extension" (often a compiler or code problem).
+_rule("cuda-toolkit-missing", "cuda_fault", 80, ("nvcc", "no cuda runtime"),
+      r"nvcc: (?:not found|No such file or directory)|/nvcc\S*: (?:not found|No such file)"
+      r"|No CUDA runtime is found", confidence=0.9)
 _rule("ext-build", "cuda_fault", 70, ("error building extension", "ninja", "nvcc"),
       r"Error building extension '\w+'|ninja: build stopped: subcommand failed|nvcc: not found", confidence=0.75)
 _rule("bnb-nogpu-warn", "cuda_fault", 40, ("compiled without gpu support", "setting accelerator to cpu"),
@@ -362,6 +369,9 @@ _rule("nccl-watchdog", "stalled", 92, ("before timing out", "watchdog", "timed o
       r"|watchdog got stuck|Heartbeat monitor timed out|Timeout at NCCL work"
       r"|Some NCCL operations have failed or timed out|collective operation timeout"
       r"|NCCL (?:watchdog )?timeout|Timed out waiting \d+ ?ms for send operation")
+# Only the watchdog's C++ frames survived (the message line was cut off): the timeout path.
+_rule("nccl-watchdog-frames", "stalled", 78, ("checktimeout",),
+      r"ProcessGroupNCCL::WorkNCCL::checkTimeout", confidence=0.85)
 _rule("rendezvous", "stalled", 91, ("diststoreerror", "rendezvous", "timed out", "timeout", "clients joined", "socket", "monitoredbarrier"),
       r"RendezvousTimeoutError|Rendezvous (?:timed out|timeout)|Timed out after \d+ seconds waiting for clients"
       r"|clients joined|The client socket has timed out|DistStoreError: .{0,60}[Tt]imed? ?out"

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import os
-import random
-import time
 from pathlib import Path
 
 import pytest
@@ -117,16 +115,14 @@ def test_ansi_colours_and_carriage_returns_do_not_hide_the_error() -> None:
 
 
 def test_a_2gb_log_is_read_from_its_tail_in_bounded_time(tmp_path: Path) -> None:
-    """A sparse 2 GB file with an OOM at the end is triaged by seeking, in well under a second."""
+    """A sparse 2 GB file with an OOM at the end is triaged from its last 32 KB only (a seek, not a read)."""
     path = tmp_path / "train.log"
     with path.open("wb") as fh:
         fh.truncate(2 * 1024**3)
         fh.seek(0, os.SEEK_END)
         fh.write(b"\xff\xfe not utf-8 \x80\nRuntimeError: CUDA error: out of memory\n")
-    t0 = time.perf_counter()
     tail = read_tail(path)
     v = classify(tail)
-    assert time.perf_counter() - t0 < 1.0
     assert len(tail) <= rules.DEFAULT_TAIL_BYTES
     assert v.state == "oom"
 
@@ -174,17 +170,6 @@ def test_the_digest_is_short_and_keeps_the_deciding_line() -> None:
     d = digest(log, idle_seconds=10)
     assert len(d) <= 700
     assert d.startswith("idle fresh | torch.OutOfMemoryError")
-
-
-def test_rules_are_fast_on_corpus_tails() -> None:
-    """Smoke check of speed: 400 corpus tails take well under a second of CPU (the bench measures properly)."""
-    rows = build(11, per_cell_train=5, per_cell_eval=0, per_cell_ood=0)["train"][:400]
-    rng = random.Random(0)
-    rng.shuffle(rows)
-    t0 = time.process_time()
-    for r in rows:
-        classify(r["log"], idle_seconds=r["idle_seconds"])
-    assert time.process_time() - t0 < 1.0
 
 
 def test_the_docs_report_renders_per_state_tables_and_confusion_matrices() -> None:
