@@ -8,8 +8,10 @@
    digests (`app.triage.digest`) as the text and the state as the label;
 3. run `python -m trainer run --job-dir DIR` for each seed (the control plane never imports
    the trainer);
-4. score eval (held-out), the hand-written excerpts (canaries) and the OOD formats with the
-   rules-only chain (the baseline) and with rules -> specialist for each seed;
+4. score the held-out set (the generated eval split plus the `test` split of REAL excerpts from
+   public issue threads, `app/triage/data/real/`, which neither the rules nor the specialist were
+   tuned on), the hand-written excerpts (canaries) and the OOD formats with the rules-only chain
+   (the baseline) and with rules -> specialist for each seed;
 5. write a gate trial directory and judge it with `tuneharness gate judge`.
 """
 
@@ -30,7 +32,7 @@ from app.triage.corpus import build
 from app.triage.digest import digest
 from app.triage.specialist import DEFAULT_ADAPTER_DIR, TrainerSpecialist, minilm_base_dir
 
-__all__ = ["PrecomputedSpecialist", "TrainingFailed", "TrainingPlan", "eval_rows", "slice_of", "train_and_judge"]
+__all__ = ["PrecomputedSpecialist", "TrainingFailed", "TrainingPlan", "eval_rows", "real_rows", "slice_of", "train_and_judge"]
 
 Scores = dict[str, float]
 
@@ -64,9 +66,21 @@ class PrecomputedSpecialist:
         return [self.by_text.get(t, {}) for t in texts]
 
 
+REAL_DIR = Path(__file__).resolve().parent / "data" / "real"
+
+
+def real_rows(split: str = "test") -> list[dict[str, Any]]:
+    """Real excerpts from public issue threads as corpus-shaped rows (split "real-<split>")."""
+    path = REAL_DIR / f"{split}.jsonl"
+    rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    return [{"id": r["id"], "log": r["log"], "idle_seconds": r.get("idle_seconds"), "state": r["label"],
+             "split": f"real-{split}", "framework": r.get("framework", "?")} for r in rows]
+
+
 def slice_of(row: dict[str, Any]) -> str:
     split = row["split"]
-    if split == "eval":
+    if split in ("eval", "real-test"):
+        # Held-out: logs the rules and the specialist were never tuned on, generated and real.
         return "heldout"
     if split == "handwritten":
         return "canary"
@@ -74,7 +88,7 @@ def slice_of(row: dict[str, Any]) -> str:
 
 
 def eval_rows(corpus: dict[str, list[dict[str, Any]]]) -> list[dict[str, Any]]:
-    return [*corpus["eval"], *corpus["handwritten"], *corpus["ood"]]
+    return [*corpus["eval"], *real_rows("test"), *corpus["handwritten"], *corpus["ood"]]
 
 
 def _write_jsonl(path: Path, rows: Sequence[dict[str, Any]]) -> None:

@@ -61,3 +61,30 @@ def test_no_excerpt_is_copied_from_the_handwritten_canaries() -> None:
     for split in SPLITS:
         for r in _rows(split):
             assert r["log"].strip() not in handwritten, r["id"]
+
+
+DEV = _rows("dev")
+
+
+@pytest.mark.parametrize("row", DEV, ids=[r["id"] for r in DEV])
+def test_every_dev_excerpt_gets_its_label_from_the_rules(row: dict) -> None:
+    """The dev split is what the rules may be tuned on: it stays right (best guess when unsure).
+
+    The test split is deliberately not asserted here: it is measured by bench/triage_real.py
+    and judged by the deploy gate (held-out), never tuned on."""
+    from app.triage.rules import UNSURE, classify
+
+    v = classify(row["log"], idle_seconds=row.get("idle_seconds"))
+    assert (v.guess if v.state == UNSURE else v.state) == row["label"], (v.rule, v.evidence)
+
+
+def test_the_gate_trial_holds_out_the_real_test_split_and_never_the_dev_split() -> None:
+    """The specialist's trial judges real test excerpts as held-out rows; dev rows are not judged."""
+    from app.triage.training import eval_rows, real_rows, slice_of
+
+    corpus = {"eval": [], "handwritten": [], "ood": []}
+    rows = eval_rows(corpus)
+    test_ids = {r["id"] for r in _rows("test")}
+    assert {r["id"] for r in rows} == test_ids
+    assert {slice_of(r) for r in rows} == {"heldout"}
+    assert not test_ids & {r["id"] for r in real_rows("dev")}
