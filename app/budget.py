@@ -12,11 +12,12 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
-from sqlalchemy import Engine, func, select
+from sqlalchemy import Connection, Engine, func, select, text
 from sqlmodel import Field, SQLModel
 
-from app.db import is_postgres, read_connection, write_transaction
+from app.db import advisory_key, is_postgres, read_connection, write_transaction
 from app.errors import BudgetExceeded, UserError
 from app.ledger import Event, Ledger
 
@@ -244,25 +245,38 @@ class Budget:
         """Replace the held amount by what was actually spent."""
         self._close(reservation_id, SETTLED, actual_usd, reason)
 
+    def settle_in(self, conn: Connection, reservation_id: str, actual_usd: float, *, reason: str) -> None:
+        """`settle` inside the caller's write transaction (e.g. a rental changing hands): both or neither."""
+        row = conn.execute(select(_RES).where(_RES.c.id == reservation_id)).first()
+        if row is None:
+            raise UserError(f"no reservation {reservation_id!r}")
+        if is_postgres(self.engine):
+            conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": advisory_key(_lock_name(row.budget))})
+        self._close_in(conn, row, SETTLED, actual_usd, reason)
+
     def _close(self, reservation_id: str, state: str, actual_usd: float | None, reason: str) -> None:
         with read_connection(self.engine) as conn:
             row = conn.execute(select(_RES).where(_RES.c.id == reservation_id)).first()
         if row is None:
             raise UserError(f"no reservation {reservation_id!r}")
         with write_transaction(self.engine, lock=_lock_name(row.budget)) as conn:
-            current = conn.execute(select(_RES.c.state).where(_RES.c.id == reservation_id)).scalar_one()
-            if current != HELD:
-                return  # already closed: idempotent
-            values: dict[str, object] = {"state": state}
-            if actual_usd is not None:
-                values["amount_usd"] = actual_usd
-            conn.execute(_RES.update().where(_RES.c.id == reservation_id).values(**values))
-            self.ledger.append(
-                Event(kind=f"budget_{state}", job=row.job, amount_usd=actual_usd if actual_usd is not None else row.amount_usd,
-                      reason=reason, payload={"budget": row.budget, "reservation": reservation_id},
-                      idempotency_key=f"{state}:{reservation_id}"),
-                conn=conn,
-            )
+            self._close_in(conn, row, state, actual_usd, reason)
+
+    def _close_in(self, conn: Connection, row: Any, state: str, actual_usd: float | None, reason: str) -> None:
+        reservation_id = str(row.id)
+        current = conn.execute(select(_RES.c.state).where(_RES.c.id == reservation_id)).scalar_one()
+        if current != HELD:
+            return  # already closed: idempotent
+        values: dict[str, object] = {"state": state}
+        if actual_usd is not None:
+            values["amount_usd"] = actual_usd
+        conn.execute(_RES.update().where(_RES.c.id == reservation_id).values(**values))
+        self.ledger.append(
+            Event(kind=f"budget_{state}", job=row.job, amount_usd=actual_usd if actual_usd is not None else row.amount_usd,
+                  reason=reason, payload={"budget": row.budget, "reservation": reservation_id},
+                  idempotency_key=f"{state}:{reservation_id}"),
+            conn=conn,
+        )
 
     def status(self) -> list[BudgetStatus]:
         with read_connection(self.engine) as conn:

@@ -25,7 +25,7 @@ from typing import Any, Literal
 from sqlalchemy import Engine, select
 from sqlmodel import Field, SQLModel
 
-from app.budget import Budget
+from app.budget import Budget, Reservation
 from app.db import read_connection, write_transaction
 from app.errors import TuneharnessError, UserError
 from app.ledger import Event, Ledger
@@ -37,7 +37,10 @@ __all__ = [
     "DestroyRefused",
     "Rental",
     "RentalRow",
+    "RentalTransferRow",
     "Rentals",
+    "Transfer",
+    "billed_usd",
     "label_for",
     "parse_label",
 ]
@@ -84,6 +87,32 @@ class RentalRow(SQLModel, table=True):
     spec_json: str = "{}"  # the launch spec: image, disk, env, onstart, public key (never a secret)
 
 
+class RentalTransferRow(SQLModel, table=True):
+    """A rental changed hands: a held host adopted by another job is that job's from `at` on."""
+
+    __tablename__ = "rental_transfers"
+
+    id: str = Field(primary_key=True)  # "<rental>@<to_job>"
+    rental_id: str = Field(index=True)
+    from_job: str
+    to_job: str
+    at: float
+    rate_usd_per_hour: float | None = None
+    settled_usd: float = 0.0  # what the rental had billed `from_job` when it changed hands
+    old_reservations: str = ""  # comma-separated: `from_job`'s, settled at `at`
+    new_reservations: str = ""  # comma-separated: `to_job`'s, committed before the transfer
+
+
+@dataclass(frozen=True, slots=True)
+class Transfer:
+    rental_id: str
+    from_job: str
+    to_job: str
+    at: float
+    rate_usd_per_hour: float | None
+    settled_usd: float
+
+
 @dataclass(frozen=True, slots=True)
 class Rental:
     id: str
@@ -112,8 +141,15 @@ class Rental:
     def billing_gpu(self) -> bool:
         return self.state in ("intent", "active")
 
+    @property
+    def opened_by(self) -> str:
+        """The job the host was launched for: its public key is the one on the host. The rental id
+        (`<job>:<attempt>`) never changes, also when the rental is transferred to another job."""
+        return self.id.rsplit(":", 1)[0]
+
 
 _T = RentalRow.__table__  # type: ignore[attr-defined]
+_X = RentalTransferRow.__table__  # type: ignore[attr-defined]
 
 
 def _row(r: Any) -> Rental:
@@ -196,13 +232,8 @@ class Rentals:
         existing = self.get(rental_id)
         if existing is not None:
             return existing
-        caps = set(self.budget.caps())
-        items = [(budget_name, reserve_usd)]
-        items += [(p, reserve_usd) for p in ("day", "week", "month") if p in caps and p != budget_name]
-        if "gpu-minutes-day" in caps:
-            hours = reserve_usd / offer.dph_total if offer.dph_total > 0 else ttl_s / 3600.0
-            items.append(("gpu-minutes-day", min(hours, ttl_s / 3600.0) * 60.0 * max(1, offer.num_gpus)))
-        made = self.budget.reserve_many(items, job=job, idempotency_key=f"reserve:{rental_id}", now=now)
+        made = self.reserve_for(job=job, budget_name=budget_name, reserve_usd=reserve_usd, dph_total=offer.dph_total,
+                                num_gpus=offer.num_gpus, max_s=ttl_s, idempotency_key=f"reserve:{rental_id}", now=now)
         reservation = made[0]
         others = ",".join(r.id for r in made[1:])
         label = label_for(job, attempt, now + ttl_s)
@@ -222,6 +253,20 @@ class Rentals:
         got = self.get(rental_id)
         assert got is not None
         return got
+
+    def reserve_for(
+        self, *, job: str, budget_name: str, reserve_usd: float, dph_total: float, num_gpus: int, max_s: float,
+        idempotency_key: str, now: float,
+    ) -> list[Reservation]:
+        """Reserve `reserve_usd` for `job` against its cap, the period caps and the GPU-minute cap,
+        all or none (in one locked transaction); the first reservation is the job cap's."""
+        caps = set(self.budget.caps())
+        items = [(budget_name, reserve_usd)]
+        items += [(p, reserve_usd) for p in ("day", "week", "month") if p in caps and p != budget_name]
+        if "gpu-minutes-day" in caps:
+            hours = reserve_usd / dph_total if dph_total > 0 else max_s / 3600.0
+            items.append(("gpu-minutes-day", min(hours, max_s / 3600.0) * 60.0 * max(1, num_gpus)))
+        return self.budget.reserve_many(items, job=job, idempotency_key=idempotency_key, now=now)
 
     def execute(
         self, rental_id: str, *, market: Market, spec: LaunchSpec | None = None, now: float,
@@ -323,7 +368,7 @@ class Rentals:
             return
         spent = self.spent_usd(rental, now=now)
         gpu_end = rental.stopped_at or rental.ended_at or now
-        minutes = max(0.0, gpu_end - rental.created_at) / 60.0
+        minutes = max(0.0, gpu_end - self.billed_from(rental)) / 60.0
         for rid in self.reservations_of(rental_id):
             amount = minutes if self.budget.unit_of_reservation(rid) == "gpu_minutes" else spent
             self.budget.settle(rid, amount, reason=reason)
@@ -410,11 +455,75 @@ class Rentals:
         return moved
 
     def spent_usd(self, rental: Rental, *, now: float) -> float:
-        """Our estimate of what a rental has billed (GPU while active, storage until destroyed)."""
-        start = rental.created_at
-        gpu_end = rental.stopped_at or rental.ended_at or now
-        life_end = rental.ended_at or now
-        gpu = (rental.rate_usd_per_hour or 0.0) * max(0.0, gpu_end - start) / 3600.0
-        life_h = max(0.0, life_end - start) / 3600.0
-        storage = (rental.storage_per_gb_month or 0.0) * rental.disk_gb * life_h / 720.0
-        return gpu + storage
+        """Our estimate of what a rental has billed its current job (GPU while active, storage until
+        destroyed), from its create or from when it was transferred to that job."""
+        return billed_usd(rental, start=self.billed_from(rental), end=now)
+
+    # -- transfers: a held host adopted by another job ---------------------------------------
+    def transfers(self, rental_id: str | None = None) -> list[Transfer]:
+        q = select(_X).order_by(_X.c.at, _X.c.id)
+        if rental_id is not None:
+            q = q.where(_X.c.rental_id == rental_id)
+        with read_connection(self.engine) as conn:
+            return [Transfer(r.rental_id, r.from_job, r.to_job, float(r.at), r.rate_usd_per_hour,
+                             float(r.settled_usd)) for r in conn.execute(q)]
+
+    def billed_from(self, rental: Rental) -> float:
+        """When the rental's current job started paying for it: its create, or its latest transfer."""
+        with read_connection(self.engine) as conn:
+            at = conn.execute(select(_X.c.at).where(_X.c.rental_id == rental.id)
+                              .order_by(_X.c.at.desc()).limit(1)).scalar()
+        return rental.created_at if at is None else float(at)
+
+    def transfer(self, rental_id: str, *, from_job: str, to_job: str, reservations: Sequence[Reservation],
+                 now: float, reason: str, evidence: dict[str, Any] | None = None) -> bool:
+        """The rental becomes `to_job`'s from `now` on, paid from `reservations` (committed by the
+        caller first). In one transaction: `from_job`'s reservations are settled with what the
+        rental billed it until now, the rental's job and reservations change, and the ledger gets
+        `rental_transferred` (time, rate, both jobs). False if the rental is not `from_job`'s
+        running rental any more (the caller releases `reservations`); True again for a repeat."""
+        rental = self.get(rental_id)
+        if rental is None or not reservations:
+            return False
+        transfer_id = f"{rental_id}@{to_job}"
+        old = self.reservations_of(rental_id)
+        units = {rid: self.budget.unit_of_reservation(rid) for rid in old}
+        start = self.billed_from(rental)
+        with write_transaction(self.engine, lock=f"tuneharness.rental.{rental_id}") as conn:
+            if conn.execute(select(_X.c.id).where(_X.c.id == transfer_id)).first() is not None:
+                return True
+            r = conn.execute(select(_T).where(_T.c.id == rental_id)).first()
+            if r is None or r.state != "active" or r.job != from_job or r.instance_id is None:
+                return False
+            current = _row(r)
+            share_usd = billed_usd(current, start=start, end=now)
+            minutes = max(0.0, now - start) / 60.0
+            for rid in old:
+                self.budget.settle_in(conn, rid, minutes if units[rid] == "gpu_minutes" else share_usd,
+                                      reason=f"rental transferred to {to_job}")
+            new_ids = [x.id for x in reservations]
+            conn.execute(_T.update().where(_T.c.id == rental_id).values(
+                job=to_job, reservation_id=new_ids[0], other_reservations=",".join(new_ids[1:]),
+                idle_since=None))
+            conn.execute(_X.insert().values(
+                id=transfer_id, rental_id=rental_id, from_job=from_job, to_job=to_job, at=now,
+                rate_usd_per_hour=r.rate_usd_per_hour, settled_usd=share_usd, old_reservations=",".join(old),
+                new_reservations=",".join(new_ids)))
+            self.ledger.append(Event(
+                kind="rental_transferred", job=to_job, instance=r.instance_id, provider=r.provider,
+                machine=r.machine_id, rate_usd_per_hour=r.rate_usd_per_hour, amount_usd=share_usd, reason=reason,
+                payload={"rental": rental_id, "from_job": from_job, "to_job": to_job, "at": now,
+                         "from_billed_usd": share_usd, "settled": old, "reservations": new_ids, **(evidence or {})},
+                idempotency_key=f"transferred:{transfer_id}",
+            ), conn=conn)
+        return True
+
+
+def billed_usd(rental: Rental, *, start: float, end: float) -> float:
+    """What `rental` billed between `start` and `end`: GPU while it ran, storage until it ended."""
+    gpu_end = min(end, rental.stopped_at or rental.ended_at or end)
+    life_end = min(end, rental.ended_at or end)
+    gpu = (rental.rate_usd_per_hour or 0.0) * max(0.0, gpu_end - start) / 3600.0
+    life_h = max(0.0, life_end - start) / 3600.0
+    storage = (rental.storage_per_gb_month or 0.0) * rental.disk_gb * life_h / 720.0
+    return gpu + storage
