@@ -263,7 +263,8 @@ def sweep_budgets(
         held = budget.held(s.name)
         mine = [r for r in live if rentals is not None and held & set(rentals.reservations_of(r.id))]
         if s.unit == "gpu_minutes":
-            billed = sum(max(0.0, (r.stopped_at or now) - r.created_at) / 60.0 for r in mine)
+            billed = sum(max(0.0, (r.stopped_at or now) - rentals.billed_from(r)) / 60.0
+                         for r in mine) if rentals is not None else 0.0
         else:
             billed = sum(rentals.spent_usd(r, now=now) for r in mine) if rentals is not None else 0.0
         spent = s.spent_usd + billed

@@ -5,10 +5,12 @@ Two tables:
 
 - `held_hosts`: one row per time a verified host was kept running for the next job instead of
   being stopped (`state` held -> adopted | released). The rental itself stays in `rentals`
-  (its job, label, kill-time and reservation do not change), so the reaper, the reconciler and
-  the budget monitor keep covering it. `claim` is the only way out of `held` into `adopted`: a
-  conditional UPDATE (`WHERE state = 'held'`) inside a write transaction, so two jobs never adopt
-  the same host; the loser sees `None` and looks again.
+  (its id, label and kill-time do not change), so the reaper, the reconciler and the budget
+  monitor keep covering it; a job that adopts another job's host has the rental transferred to it
+  (`Rentals.transfer`: its own reservation first, then its job and reservations change).
+  `claim` is the only way out of `held` into `adopted`: a conditional UPDATE
+  (`WHERE state = 'held'`) inside a write transaction, so two jobs never adopt the same host; the
+  loser sees `None` and looks again. `unclaim` puts it back when the adopter's budget refuses.
 - `standby_jobs`: provisioning jobs that rent a host for another job's recoveries (`owner`):
   `<owner>.standby-<n>`, keyed so a redelivered task never starts the same one twice. Their
   rentals are made under the owner's name (attempts from `n * STANDBY_ATTEMPT_BASE`), so the
@@ -54,7 +56,7 @@ class HeldHostRow(SQLModel, table=True):
     instance_id: str = Field(index=True)
     machine_id: str
     rental_id: str
-    owner: str = Field(index=True)  # the rental's job: its budget, its SSH key, its receipt
+    owner: str = Field(index=True)  # the rental's job when held (an adopter from another job takes the rental over)
     released_by: str  # the job (or standby job) whose decision held it
     gpu_name: str
     gpu_ram_gb: float
@@ -192,6 +194,14 @@ class Pool:
             if moved.rowcount != 1:
                 return None
         return self.get(str(r.id))
+
+    def unclaim(self, row_id: str, *, job_id: str) -> bool:
+        """Put a host `job_id` claimed back on hold (its budget refused the adoption)."""
+        with write_transaction(self.engine, lock=_LOCK) as conn:
+            moved = conn.execute(_H.update().where(_H.c.id == row_id, _H.c.state == "adopted",
+                                                   _H.c.adopted_by == job_id).values(
+                state="held", adopted_by=None, ended_at=None, end_reason=None))
+            return bool(moved.rowcount == 1)
 
     def end(self, row_id: str, *, reason: str, now: float, from_states: Sequence[str] = ("held",)) -> bool:
         """Mark a held host released (the caller then stops or destroys it); True for the one caller that moved it."""

@@ -15,7 +15,10 @@ Held hosts, warm standby and hedged recovery (tables in `app.services.pool`):
 - `Hold`: the verified host keeps running, recorded in `held_hosts` until its `hold_until`
   (capped at the rental's kill-time); `_view` offers held hosts to queued jobs, and `Adopt`
   claims one atomically (`Pool.claim`), so the job skips create, pull and preflight. A lost
-  race, or a held host that vanished, just steps the job again.
+  race, or a held host that vanished, just steps the job again. A host held by another job is
+  transferred to the adopter (`_take_over`): the adopter's reservation is committed first (a
+  refusal puts the host back on hold and the job provisions normally), then `Rentals.transfer`
+  settles the previous job's share and makes the rental the adopter's from that instant.
 - `standby_hosts` (a job's pool, `needs.standby_hosts`): while the job trains, standby jobs
   (`new_job(..., standby=True)`, ids `<job>.standby-<n>`) go through the same provision /
   watch_boot / preflight tasks and their verified hosts are held for the job's recoveries.
@@ -342,8 +345,9 @@ class ProvisioningService:
         owner = self.owner_of(job.job_id)
         want = self.launch_spec_for(owner)
         out = []
+        refused = self._refused(job.job_id)
         for h in self.pool.held():
-            if h.hold_until <= now or (h.standby and h.owner != owner):
+            if h.hold_until <= now or (h.standby and h.owner != owner) or h.id in refused:
                 continue
             rental = self.rentals.get(h.rental_id)
             if rental is None or rental.state != "active":
@@ -358,6 +362,12 @@ class ProvisioningService:
                 continue
             out.append(h)
         return out
+
+    def _refused(self, job_id: str) -> set[str]:
+        """Held hosts whose adoption this job's budget refused: not offered to it again."""
+        owner = self.owner_of(job_id)
+        return {str(e.payload.get("held")) for e in self.ledger.rows(job=owner, kind="adopt_refused")
+                if e.payload.get("provisioning_job") == job_id}
 
     def _apply(self, job: JobState, act: Action, ctx: _Ctx | None = None) -> Observation | None:
         ctx = ctx if ctx is not None else _Ctx()
@@ -478,6 +488,9 @@ class ProvisioningService:
             ctx.restep = True
             self._drop(claimed, rental, f"held host was {state} when adopted", now=now, from_states=("adopted",))
             return None
+        owner = self.owner_of(job.job_id)
+        if rental.job != owner and not self._take_over(job, claimed, rental, ctx, now=now):
+            return None
         self.ledger.append(Event(
             kind="host_adopted", job=job.job_id, instance=claimed.instance_id, provider=claimed.provider,
             machine=claimed.machine_id, rate_usd_per_hour=claimed.dph_total,
@@ -487,6 +500,53 @@ class ProvisioningService:
                      "standby": claimed.standby, "verified_at": claimed.verified_at, "held_s": now - claimed.verified_at},
             idempotency_key=f"adopted:{claimed.id}"))
         return Adopted(act.held)
+
+    def _take_over(self, job: JobState, claimed: Held, rental: Rental, ctx: _Ctx, *, now: float) -> bool:
+        """The adopter pays from the adoption on: its reservation for its training on this host is
+        committed first (or the adoption is refused, the host goes back on hold, and the job
+        provisions normally); then the rental is transferred to it (`Rentals.transfer`: the
+        previous job's reservations settled with what it billed until now, in one transaction)."""
+        owner = self.owner_of(job.job_id)
+        caps = self.rentals.budget.caps()
+        budget_name = owner if owner in caps else "default"
+        offer = self.rentals.offer_of(rental.id)
+        shape = job.shape
+        reserve = self.reserve_factor * attempt_cost_usd(
+            dph_total=rental.rate_usd_per_hour or offer.dph_total, storage_per_gb_month=rental.storage_per_gb_month,
+            inet_down_per_gb=offer.inet_down_per_gb, inet_down_mbps=offer.inet_down_mbps, download_gb=0.0,
+            train_s=shape.train_s, disk_gb=rental.disk_gb, overhead_s=shape.overhead_s)
+        why = ""
+        made = []
+        if budget_name not in caps:
+            why = f"budget: no cap for job {owner} and no 'default' cap"
+        else:
+            try:
+                made = self.rentals.reserve_for(
+                    job=owner, budget_name=budget_name, reserve_usd=reserve, dph_total=offer.dph_total,
+                    num_gpus=offer.num_gpus, max_s=max(0.0, rental.kill_at - now),
+                    idempotency_key=f"reserve:adopt:{claimed.id}:{owner}", now=now)
+            except BudgetExceeded as exc:
+                why = f"budget: {exc}"
+        if not made:
+            self.pool.unclaim(claimed.id, job_id=job.job_id)
+            ctx.restep = True
+            self.ledger.append(Event(kind="adopt_refused", job=owner, instance=claimed.instance_id,
+                                     provider=claimed.provider, machine=claimed.machine_id,
+                                     rate_usd_per_hour=claimed.dph_total, reason=why,
+                                     payload={"held": claimed.id, "rental": rental.id, "rental_job": rental.job,
+                                              "provisioning_job": job.job_id, "reserve_usd": reserve},
+                                     idempotency_key=f"adopt_refused:{claimed.id}:{job.job_id}"))
+            return False
+        if not self.rentals.transfer(rental.id, from_job=rental.job, to_job=owner, reservations=made, now=now,
+                                     reason=f"held host adopted by {owner}",
+                                     evidence={"held": claimed.id, "provisioning_job": job.job_id}):
+            for r in made:
+                self.rentals.budget.release(r.id, reason="adoption fell through: the rental moved")
+            ctx.restep = True
+            current = self.rentals.get(rental.id)
+            self._drop(claimed, current, "rental moved while being adopted", now=now, from_states=("adopted",))
+            return False
+        return True
 
     def _drop(self, h: Held, rental: Rental | None, why: str, *, now: float,
               from_states: tuple[str, ...] = ("held",)) -> None:

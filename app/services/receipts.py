@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from app.ledger import Ledger
-from app.rentals import Rental, Rentals
+from app.rentals import Rental, Rentals, Transfer
 
 __all__ = ["Receipt", "RentalCost", "build_receipt"]
 
@@ -69,44 +69,75 @@ class Receipt:
         }
 
 
-def _cost(r: Rental, *, now: float, end_reason: str, traffic_usd: float) -> RentalCost:
-    gpu_end = r.stopped_at or r.ended_at or now
-    life_end = r.ended_at or now
-    gpu_usd = (r.rate_usd_per_hour or 0.0) * max(0.0, gpu_end - r.created_at) / 3600.0
+def _cost(r: Rental, *, now: float, end_reason: str, traffic_usd: float, job: str | None = None,
+          start: float | None = None, until: float | None = None) -> RentalCost:
+    """One job's share of a rental: from `start` (its create, or when it was transferred to that
+    job) to `until` (when it was transferred on; None: to its end or now)."""
+    start = r.created_at if start is None else start
+    last = until is None
+    gpu_end = min(until, r.stopped_at or r.ended_at or until) if until is not None else r.stopped_at or r.ended_at or now
+    life_end = min(until, r.ended_at or until) if until is not None else r.ended_at or now
+    gpu_usd = (r.rate_usd_per_hour or 0.0) * max(0.0, gpu_end - start) / 3600.0
     storage_per_h = (r.storage_per_gb_month or 0.0) * r.disk_gb / 720.0
-    storage_usd = storage_per_h * max(0.0, life_end - r.created_at) / 3600.0
+    storage_usd = storage_per_h * max(0.0, life_end - start) / 3600.0
     idle = 0.0
-    if end_reason == "idle" and r.idle_since is not None and r.stopped_at is not None:
-        idle = max(0.0, r.stopped_at - r.idle_since)
+    if last and end_reason == "idle" and r.idle_since is not None and r.stopped_at is not None:
+        idle = max(0.0, r.stopped_at - max(start, r.idle_since))
     per_hour = 0.0
-    if r.state == "active":
+    if last and r.state == "active":
         per_hour = (r.rate_usd_per_hour or 0.0) + storage_per_h
-    elif r.state == "stopped":
+    elif last and r.state == "stopped":
         per_hour = storage_per_h
     return RentalCost(
-        rental=r.id, job=r.job, provider=r.provider, instance_id=r.instance_id, machine_id=r.machine_id,
-        state=r.state, end_reason=end_reason, gpu_usd=gpu_usd, storage_usd=storage_usd,
+        rental=r.id, job=job or r.job, provider=r.provider, instance_id=r.instance_id, machine_id=r.machine_id,
+        state=r.state if last else "transferred", end_reason=end_reason, gpu_usd=gpu_usd, storage_usd=storage_usd,
         traffic_usd=traffic_usd, idle_seconds_billed=idle,
-        dead_host=not r.held_work and r.state in ("destroyed", "lost"), billing_per_hour_now=per_hour,
+        dead_host=last and not r.held_work and r.state in ("destroyed", "lost"), billing_per_hour_now=per_hour,
     )
+
+
+def _shares(r: Rental, transfers: list[Transfer]) -> list[tuple[str, float, float | None]]:
+    """(job, from, until) for each job that held the rental, in order (one entry if never transferred)."""
+    if not transfers:
+        return [(r.job, r.created_at, None)]
+    out: list[tuple[str, float, float | None]] = []
+    start = r.created_at
+    for t in transfers:
+        out.append((t.from_job, start, t.at))
+        start = t.at
+    out.append((transfers[-1].to_job, start, None))
+    return out
 
 
 def build_receipt(rentals: Rentals, ledger: Ledger, *, now: float, since: float = 0.0,
                   job: str | None = None) -> Receipt:
-    """Spend per rental, with the reason it stopped or ended (from the ledger)."""
+    """Spend per rental and job, with the reason it stopped or ended (from the ledger). A rental
+    transferred to another job (a held host adopted) is split at the transfer: each job pays for
+    its own share."""
     reasons: dict[str, str] = {}
-    traffic: dict[str, float] = defaultdict(float)
-    for e in ledger.rows(kind=["instance_stopped", "instance_destroyed", "instance_lost", "traffic_billed"], job=job):
+    traffic: dict[tuple[str, str | None], float] = defaultdict(float)
+    for e in ledger.rows(kind=["instance_stopped", "instance_destroyed", "instance_lost", "traffic_billed"]):
         if e.instance is None:
             continue
         if e.kind == "traffic_billed":
-            traffic[e.instance] += e.amount_usd or 0.0
+            traffic[(e.instance, e.job)] += e.amount_usd or 0.0
         else:
             reasons[e.instance] = e.reason or e.kind
+    moved: dict[str, list[Transfer]] = defaultdict(list)
+    for t in rentals.transfers():
+        moved[t.rental_id].append(t)
     out = Receipt()
-    for r in rentals.all(job=job):
+    for r in rentals.all():
         if (r.ended_at or now) < since:
             continue
-        reason = reasons.get(r.instance_id or "", "running" if r.state == "active" else r.state)
-        out.rentals.append(_cost(r, now=now, end_reason=reason, traffic_usd=traffic.get(r.instance_id or "", 0.0)))
+        shares = _shares(r, moved.get(r.id, []))
+        for i, (who, start, until) in enumerate(shares):
+            if job is not None and who != job:
+                continue
+            if until is None:
+                reason = reasons.get(r.instance_id or "", "running" if r.state == "active" else r.state)
+            else:
+                reason = f"transferred to {shares[i + 1][0]}"
+            out.rentals.append(_cost(r, now=now, end_reason=reason, job=who, start=start, until=until,
+                                     traffic_usd=traffic.get((r.instance_id or "", who), 0.0)))
     return out

@@ -396,10 +396,11 @@ class SupervisorService:
         return step
 
     def _shell(self, inst: Instance, job_id: str) -> HostShell:
-        """A shell on the job's host with the key that host was rented with: its rental's job's
-        (a held host adopted from another job, or a standby host, carries that job's key)."""
+        """A shell on the job's host with the key that host was launched with: the key is per rental
+        (`Rental.opened_by`), so a held host transferred to this job, or a standby host, opens with
+        the key whose public half is on it; nothing more is installed on the host."""
         rental = self.provisioning.rentals.by_instance(inst.provider, inst.instance_id)
-        return self.shell_for(inst, rental.job if rental is not None else job_id)
+        return self.shell_for(inst, rental.opened_by if rental is not None else job_id)
 
     def _next(self, job_id: str, delay_s: float, detail: str) -> MonitorStep:
         return MonitorStep(job_id, "monitor", self.clock.now() + delay_s, detail=detail)

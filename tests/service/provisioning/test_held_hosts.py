@@ -376,3 +376,83 @@ def test_hedges_beyond_the_pool_get_only_the_ordinary_hold_and_the_sweep_release
     assert all(f.rental(h.instance_id).state == "destroyed" for h in extras)
     assert f.rental(f.handed["job-a"]).state == "active"
     assert all(r.payload["action"] == "destroyed" for r in f.rows(kind="host_released"))
+
+
+def test_a_host_adopted_from_another_job_is_transferred_to_the_adopter(tmp_path: Path) -> None:
+    """Given job-a and job-b with their own budgets, when job-b adopts job-a's held host, then
+    job-b's budget holds a reservation for its use, job-a is charged only up to the adoption,
+    receipts split the bill at that instant, job-a's budget monitor never stops the host under
+    job-b, and job-b's supervisor opens the host with the key it was launched with."""
+    from types import SimpleNamespace
+
+    from app.services.guardrails import sweep_budgets
+    from app.services.supervisor import SupervisorService
+
+    f = Fleet(tmp_path)
+    budget = f.svc.rentals.budget
+    inst = f.train("job-a")
+    f.clock.advance(600)
+    f.finish("job-a")
+    f.clock.advance(60)
+    step = f.start("job-b")
+    assert step.handed_over == inst
+    adopted_at = f.clock.now()
+    rental = f.rental(inst)
+
+    # Then the rental is job-b's from the adoption on, a ledger event with time and rate.
+    assert rental.job == "job-b" and rental.state == "active"
+    (moved,) = f.rows(kind="rental_transferred")
+    assert moved.job == "job-b" and moved.instance == inst and moved.rate_usd_per_hour == rental.rate_usd_per_hour
+    assert moved.payload["from_job"] == "job-a" and moved.payload["at"] == adopted_at
+
+    # job-b's budget reserved for its training before the transfer; job-a's reservation is settled.
+    by_name = {s.name: s for s in budget.status()}
+    assert by_name["job-b"].reserved_usd > 0
+    assert set(f.svc.rentals.reservations_of(rental.id)) <= budget.held("job-b")
+    assert budget.held("job-a") == set()
+    rate = rental.rate_usd_per_hour or 0.0
+    storage_per_h = (rental.storage_per_gb_month or 0.0) * rental.disk_gb / 720.0
+    share_a = (rate + storage_per_h) * (adopted_at - rental.created_at) / 3600.0
+    assert abs(by_name["job-a"].spent_usd - share_a) < 1e-6
+
+    # job-b trains for an hour; the operator meanwhile caps job-a at twice what it had spent.
+    f.clock.advance(3600)
+    budget.set_cap("job-a", share_a * 2)
+    report = sweep_budgets(budget, rentals=f.svc.rentals, markets={"sim": f.market}, now=f.clock.now())
+    assert inst not in report.stopped and f.rental(inst).state == "active"
+    assert not any(w.startswith("job-a:") for w in report.warnings)
+
+    # Receipts attribute the time after the adoption to job-b.
+    now = f.clock.now()
+    ledger = Ledger(f.engine)
+    whole = build_receipt(f.svc.rentals, ledger, now=now).as_dict()["by_job"]
+    assert abs(whole["job-a"] - share_a) < 1e-6
+    assert abs(whole["job-b"] - (rate + storage_per_h) * (now - adopted_at) / 3600.0) < 1e-6
+    assert abs(build_receipt(f.svc.rentals, ledger, now=now, job="job-a").as_dict()["total_usd"] - share_a) < 1e-6
+    assert abs(build_receipt(f.svc.rentals, ledger, now=now, job="job-b").as_dict()["total_usd"]
+               - whole["job-b"]) < 1e-6
+
+    # job-b's supervisor opens the host with the key whose public half is on it (job-a's).
+    keys: list[str] = []
+    stub: Any = SimpleNamespace(provisioning=f.svc, shell_for=lambda _inst, key_job: keys.append(key_job))
+    SupervisorService._shell(stub, f.market.status(inst), "job-b")
+    assert [f"ssh-ed25519 {k}" for k in keys] == [f.svc.rentals.spec_of(rental.id).ssh_public_key]
+
+
+def test_an_adoption_that_does_not_fit_the_adopters_budget_is_refused_and_it_rents_its_own(tmp_path: Path) -> None:
+    """job-b's budget cannot cover its training on job-a's held host: the adoption is refused (a
+    ledger event), the host stays held and job-a's, and job-b provisions normally (and is refused
+    a create too, naming the cap)."""
+    f = Fleet(tmp_path)
+    inst = f.train("job-a")
+    f.finish("job-a")
+    f.svc.rentals.budget.set_cap("job-b", 0.0)
+    step = f.start("job-b")
+    assert step.handed_over is None
+    refused = f.rows(kind="adopt_refused")
+    assert len(refused) == 1 and refused[0].job == "job-b" and refused[0].instance == inst
+    assert f.rental(inst).job == "job-a" and [h.instance_id for h in f.svc.pool.held()] == [inst]
+    assert not f.rows(kind="rental_transferred")
+    f.run(lambda: bool(f.rows(job="job-b", kind="create_refused")))
+    assert len(f.rows(kind="adopt_refused")) == 1  # not offered to job-b again
+    assert f.rental(inst).job == "job-a" and f.svc.rentals.budget.held("job-b") == set()
