@@ -456,3 +456,29 @@ def test_an_adoption_that_does_not_fit_the_adopters_budget_is_refused_and_it_ren
     f.run(lambda: bool(f.rows(job="job-b", kind="create_refused")))
     assert len(f.rows(kind="adopt_refused")) == 1  # not offered to job-b again
     assert f.rental(inst).job == "job-a" and f.svc.rentals.budget.held("job-b") == set()
+
+
+def test_the_reaper_the_reconciler_and_the_idle_watchdog_cover_a_transferred_rental(tmp_path: Path) -> None:
+    """After job-b adopts job-a's host, the reconciler still knows it, the idle watchdog reads
+    job-b's phase (between slices: not idle), not finished job-a's, and the reaper stops it at
+    its kill-time."""
+    f = Fleet(tmp_path)
+    inst = f.train("job-a")
+    f.finish("job-a")
+    assert f.start("job-b").handed_over == inst and f.rental(inst).job == "job-b"
+    markets: Any = {"sim": f.market}
+    assert sweep_reconcile(f.svc.rentals, markets, now=f.clock.now(), orphan_grace_s=0.0).stopped == []
+    phases = {"job-a": "done", "job-b": "between_slices"}
+    asked: list[str] = []
+
+    def phase(job: str) -> str | None:
+        asked.append(job)
+        return phases.get(job)
+
+    idle: Any = {"sim": _IdleMarket(f.market)}
+    for _ in range(3):
+        f.clock.advance(61)
+        assert sweep_idle(f.svc.rentals, idle, now=f.clock.now(), grace_s=60.0, job_phase=phase).stopped == []
+    assert set(asked) == {"job-b"}
+    assert sweep_ttl(f.svc.rentals, markets, now=f.rental(inst).kill_at + 1).stopped == [inst]
+    assert f.rental(inst).state == "stopped"
