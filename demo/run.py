@@ -242,11 +242,17 @@ def live_job(stack) -> None:  # type: ignore[no-untyped-def]
     market.destroy(victim.instance or "")
     wait_for(lambda: ledger.rows(job=job_id, kind="recovery"), 300, "the job to resume elsewhere", 1.0)
     wait_for(lambda: phase(job_id) in ("failed", "done"), 400, "the job to finish training", 1.0)
-    kinds = ("host_lost", "instance_stopped", "recovery", "training_started", "adapter_pulled")
+    console.print("the recovery hedges: with no verified host waiting, it rents beside its own replacement as many "
+                  "standby hosts as the marketplace's observed dud rate calls for; the first verified host takes "
+                  "the job, the others are held for a while (hold-and-batch) and then stopped by the hold sweep")
+    kinds = ("host_lost", "instance_stopped", "standby_wanted", "attempt_handed_over", "host_adopted", "host_held",
+             "host_released", "recovery", "training_started", "adapter_pulled")
     for e in ledger.rows(job=job_id, kind=list(kinds)):
-        detail = {k: e.payload[k] for k in ("resume_step", "recovery_s", "step", "detected_at") if k in e.payload}
-        console.print(f"  seq {e.seq:>3} {e.kind:<17} {e.instance or '':<7} {e.machine or '':<9} {e.reason} {detail}")
+        detail = {k: e.payload[k] for k in ("resume_step", "recovery_s", "step", "detected_at", "count", "standby")
+                  if k in e.payload}
+        console.print(f"  seq {e.seq:>3} {e.kind:<19} {e.instance or '':<7} {e.machine or '':<9} {e.reason} {detail}")
     sh("status")
+    sh("hosts", "held", "--all")
     verify_bit_identical(job_id, jobdir)
     sh("receipt", "--job", job_id)
 
