@@ -35,7 +35,7 @@ import re
 from bisect import bisect_right
 from collections.abc import Callable
 from dataclasses import dataclass
-from itertools import accumulate, compress
+from itertools import compress
 from pathlib import Path
 from typing import Any
 
@@ -1136,6 +1136,7 @@ def _line_matches(line: bytes, profile: _Profile, lazy: bool) -> tuple[tuple[int
 
 # torchrun's rank prefix at the start of a line, written so that `re` can search for its literal
 # start instead of trying every position (the same substitution as `_RANK_PREFIX`).
+_CRLF = re.compile(rb"\r\n")
 _RANK_PREFIX_AFTER_NL = re.compile(r"\n\[(?:rank|default)\d+\]:[ ]?")
 _RANK_PREFIX_AT_START = re.compile(r"\[(?:rank|default)\d+\]:[ ]?")
 # "%|" is left out: where it is, "|" is one character later, so it is never the last marker.
@@ -1227,9 +1228,12 @@ def _prepare(raw: bytes, *, ranks_done: bool) -> tuple[bytes, bytes, list[_Candi
             profs = list(map(profiles.__getitem__, skeletons))
         except KeyError:
             raise _MemoryEmptied from None
-    ends = list(accumulate(map(len, skeletons)))  # end of line i, not counting the i newlines before it
     cands: list[_Candidate] = []
     seen: set[bytes] = set()
+    # Offsets of candidate lines only: the lengths of the lines between two candidates are summed
+    # (at C speed) when the next candidate comes.
+    at = 0  # byte offset of line `nxt`
+    nxt = 0
     for i in compress(range(len(skeletons)), profs):
         prof = profs[i]
         if prof[2]:  # type: ignore[misc]  # compress keeps the non-empty profiles only
@@ -1237,11 +1241,15 @@ def _prepare(raw: bytes, *, ranks_done: bool) -> tuple[bytes, bytes, list[_Candi
                 return None
             if prof is _RANKED:
                 continue
-        end = ends[i] + i
-        line = raw[end - len(skeletons[i]) : end]
+        if i > nxt:
+            at += sum(map(len, skeletons[nxt:i])) + (i - nxt)
+        n = len(skeletons[i])
+        line = raw[at : at + n]
         if line not in seen:
             seen.add(line)
-            cands.append((end - len(line), line, prof))
+            cands.append((at, line, prof))
+        at += n + 1
+        nxt = i + 1
     return raw, skeleton, cands
 
 
@@ -1272,7 +1280,11 @@ def classify(
     if b"\x1b" in raw:
         raw = _ANSI_BYTES.sub(b"", raw)
     if b"\r" in raw:
-        raw = raw.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+        # bytes.replace of a two-byte pattern searches at ~1 ns a byte; the regex searches for
+        # its first byte at C speed, and most progress bars redraw with bare CRs.
+        if _CRLF.search(raw) is not None:
+            raw = raw.replace(b"\r\n", b"\n")
+        raw = raw.replace(b"\r", b"\n")
     head = raw[:512]
     # torchrun prefixes every line of a worker ("[rank0]: ..."): then strip before anything else;
     # otherwise only if a line turns out to begin with a prefix (the prefix's \d is Unicode-aware,
