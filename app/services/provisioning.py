@@ -42,10 +42,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from sqlalchemy import Engine, select
+from sqlalchemy import Engine, select, text
 from sqlmodel import Field, SQLModel
 
-from app.db import read_connection, write_transaction
+from app.db import advisory_key, is_postgres, read_connection, write_transaction
 from app.errors import BudgetExceeded
 from app.ledger import Event, Ledger
 from app.market import LaunchSpec, Market, MarketError, OfferGone, OfferQuery
@@ -104,6 +104,10 @@ class ProvisioningStateRow(SQLModel, table=True):
 
 
 _T = ProvisioningStateRow.__table__  # type: ignore[attr-defined]
+
+
+class _Moved(Exception):
+    """A job's state moved since the version a save expected: the whole save is rolled back."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -188,18 +192,33 @@ class ProvisioningService:
 
     def _save(self, job: JobState, version: int, wake_at: float | None) -> bool:
         """Write the new state if nobody else moved it since `version` (a redelivered task)."""
-        with write_transaction(self.engine, lock=f"tuneharness.provisioning.{job.job_id}") as conn:
-            row = conn.execute(select(_T.c.version).where(_T.c.job_id == job.job_id)).first()
-            values = {"state_json": json.dumps(dump_job(job)), "wake_at": wake_at, "updated_at": self.clock.now()}
-            if row is None:
-                if version != 0:
-                    return False
-                conn.execute(_T.insert().values(job_id=job.job_id, version=1, **values))
-                return True
-            if int(row.version) != version:
-                return False
-            conn.execute(_T.update().where(_T.c.job_id == job.job_id).values(version=version + 1, **values))
-            return True
+        return self._save_all([(job, version, wake_at)])
+
+    def _save_all(self, writes: list[tuple[JobState, int, float | None]]) -> bool:
+        """Write several jobs' states in one transaction: all of them, or none if any moved since
+        its `version` (0: the job must be new). A crash in the middle writes nothing."""
+        first = writes[0][0].job_id
+        try:
+            with write_transaction(self.engine, lock=f"tuneharness.provisioning.{first}") as conn:
+                if is_postgres(self.engine):
+                    for job, _, _ in writes[1:]:  # the first job's lock is write_transaction's
+                        conn.execute(text("SELECT pg_advisory_xact_lock(:k)"),
+                                     {"k": advisory_key(f"tuneharness.provisioning.{job.job_id}")})
+                for job, version, wake_at in writes:
+                    row = conn.execute(select(_T.c.version).where(_T.c.job_id == job.job_id)).first()
+                    values = {"state_json": json.dumps(dump_job(job)), "wake_at": wake_at,
+                              "updated_at": self.clock.now()}
+                    if row is None:
+                        if version != 0:
+                            raise _Moved
+                        conn.execute(_T.insert().values(job_id=job.job_id, version=1, **values))
+                    elif int(row.version) != version:
+                        raise _Moved
+                    else:
+                        conn.execute(_T.update().where(_T.c.job_id == job.job_id).values(version=version + 1, **values))
+        except _Moved:
+            return False
+        return True
 
     def owner_of(self, job_id: str) -> str:
         """The job a standby job rents for (itself for any other job)."""
@@ -678,9 +697,11 @@ class ProvisioningService:
             if moved is None:
                 return []
             back, standby = moved
-            if not self._save(back, version, self.clock.now()):
-                return []  # the job moved meanwhile: its own step decides
-            self._save(standby, 0, self.clock.now())
+            # Both states in one transaction: the attempt is always in exactly one of them, even
+            # if the process dies here (a redelivered task finds the job as it was and, its
+            # standby job's key being the attempt's, hands over to the same standby job).
+            if not self._save_all([(back, version, self.clock.now()), (standby, 0, self.clock.now())]):
+                return []  # the job moved meanwhile (or the hand-over was done): its own step decides
             att = standby.attempt
             self.ledger.append(Event(kind="attempt_handed_over", job=owner_id,
                                      instance=att.instance_id if att else None,

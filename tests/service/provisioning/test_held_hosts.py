@@ -482,3 +482,65 @@ def test_the_reaper_the_reconciler_and_the_idle_watchdog_cover_a_transferred_ren
     assert set(asked) == {"job-b"}
     assert sweep_ttl(f.svc.rentals, markets, now=f.rental(inst).kill_at + 1).stopped == [inst]
     assert f.rental(inst).state == "stopped"
+
+
+class Crash(Exception):
+    """The process died here (a worker killed mid-task)."""
+
+
+def _active_unreferenced(f: Fleet, owner: str) -> list[str]:
+    """Active rentals of `owner` that nothing drives: no provisioning state's attempt, no hold,
+    not the host it trains on."""
+    driving: set[str] = set(f.handed.values())
+    for job_id in [owner] + [sj.job_id for sj in f.svc.pool.standby_jobs(owner)]:
+        loaded = f.svc.state(job_id)
+        if loaded is not None and loaded[0].attempt is not None and loaded[0].phase not in ("done", "failed"):
+            driving.add(loaded[0].attempt.instance_id)
+    driving |= {h.instance_id for h in f.svc.pool.held(owner=owner)}
+    return [r.instance_id for r in f.svc.rentals.all(states=("active",), job=owner)
+            if r.instance_id is not None and r.instance_id not in driving]
+
+
+def test_a_crash_in_the_middle_of_a_hand_over_leaves_the_booting_attempt_driven(tmp_path: Path, monkeypatch: Any) -> None:
+    """Given a hedged recovery whose hedge is verified while the job's own attempt still boots,
+    when the process dies while the hand-over writes the standby job that takes that attempt,
+    then the job still drives that rental itself (the hand-over wrote nothing), and after the
+    redelivered tasks and the next sweep no active rental is left without a state or a hold."""
+    import app.services.provisioning as prov
+
+    f = Fleet(tmp_path, slow=("m-1",))
+    f.train("job-a")
+    f.lose("job-a")
+    real_dump = prov.dump_job
+    crashed: list[str] = []
+
+    def dump_job(job: Any) -> Any:
+        sj = f.svc.pool.standby_job(job.job_id)
+        if not crashed and sj is not None and sj.purpose == "hand_over":
+            crashed.append(job.job_id)
+            raise Crash(f"killed while saving {job.job_id}")
+        return real_dump(job)
+
+    monkeypatch.setattr(prov, "dump_job", dump_job)
+    for _ in range(3000):  # Fleet.run, with the crashed task redelivered (acks_late)
+        if "job-a" in f.handed:
+            break
+        job_id, (at, inst) = min(f.pending.items(), key=lambda kv: (kv[1][0], kv[0]))
+        del f.pending[job_id]
+        f.clock.set(max(f.clock.now(), at))
+        try:
+            f.schedule(f.svc.preflight(job_id, inst) if inst else f.svc.step(job_id))
+        except Crash:
+            f.pending[job_id] = (f.clock.now(), inst)
+    assert crashed, "the hand-over never ran: the scenario did not reach the crash"
+    assert "job-a" in f.handed
+    for step in f.svc.sweep_holds().steps:
+        f.schedule(step)
+    assert _active_unreferenced(f, "job-a") == []
+    f.run(lambda: all(s[0].phase in ("done", "failed") for j in f.svc.pool.standby_jobs("job-a")
+                      if (s := f.svc.state(j.job_id)) is not None))
+    assert _active_unreferenced(f, "job-a") == []
+    # the slow m-1 rental ends accounted for: trained on, held, or released by automation
+    (m1,) = [r for r in f.svc.rentals.all(job="job-a") if r.machine_id == "m-1"]
+    assert m1.state != "active" or m1.instance_id in f.handed.values() or any(
+        h.instance_id == m1.instance_id for h in f.svc.pool.held(owner="job-a"))
