@@ -32,10 +32,12 @@ from __future__ import annotations
 
 import os
 import re
+import threading
 from bisect import bisect_right
 from collections.abc import Callable
 from dataclasses import dataclass
-from itertools import compress
+from itertools import compress, repeat
+from operator import is_
 from pathlib import Path
 from typing import Any
 
@@ -1042,7 +1044,21 @@ _SK_DIGITS: dict[bytes, tuple[tuple[bytes, tuple[int, ...]], ...]] = {
 _Profile = tuple[()] | tuple[frozenset[int], tuple[tuple[bytes, tuple[int, ...]], ...], bool]
 _RANKED: _Profile = (frozenset(), (), True)
 _RANKED_SKELETON = re.compile(rb"\[(?:rank|default)[0#]+\]:")  # `_RANK_PREFIX` as seen in a skeleton
-_PROFILES: dict[bytes, _Profile] = {}
+
+
+class _ProfileMemory(dict[bytes, _Profile]):
+    """The skeleton memory: a lookup of an unknown skeleton answers None and notes, for the
+    calling thread, that one was missed (so one C-speed `map` looks up every line of a tail)."""
+
+    __slots__ = ()
+
+    def __missing__(self, key: bytes) -> Any:
+        _MISSED.flag = True
+        return None
+
+
+_MISSED = threading.local()
+_PROFILES: _ProfileMemory = _ProfileMemory()
 _PROFILES_MAX = 20_000  # distinct skeletons remembered ...
 _PROFILES_MAX_BYTES = 4 << 20  # ... and their bytes (one long line must not fill it); then start afresh
 _PROFILES_BYTES = [0]
@@ -1174,7 +1190,7 @@ def _is_progress(line: str) -> bool:
 def _last_marker(low: bytes, end: int) -> int:
     """max(low.rfind(m, 0, end) for m in the progress markers), searching back in growing windows
     (an occurrence inside a window is later than any that starts before it)."""
-    lo, step = end, 2048
+    lo, step = end, 512
     while lo > 0:
         lo = max(0, lo - step)
         pos = max([low.rfind(m, lo, end) for m in _PROGRESS_MARKERS_B])
@@ -1218,16 +1234,18 @@ def _prepare(raw: bytes, *, ranks_done: bool) -> tuple[bytes, bytes, list[_Candi
         profiles.clear()
         _PROFILES_BYTES[0] = 0
     skeletons = skeleton.split(b"\n")
-    try:
-        profs = list(map(profiles.__getitem__, skeletons))
-    except KeyError:  # new line shapes
-        new = list(set(skeletons).difference(profiles))
+    _MISSED.flag = False
+    profs: list[_Profile] = list(map(profiles.__getitem__, skeletons))
+    if _MISSED.flag:  # new line shapes (None; usually a few, near the end): learn them, fill them in
+        new_at = list(compress(range(len(profs)), map(is_, profs, repeat(None))))
+        new = list(dict.fromkeys(map(skeletons.__getitem__, new_at)))
         _PROFILES_BYTES[0] += sum(map(len, new))
         _learn(new, profiles)
-        try:
-            profs = list(map(profiles.__getitem__, skeletons))
-        except KeyError:
-            raise _MemoryEmptied from None
+        for i in new_at:
+            prof = dict.get(profiles, skeletons[i])
+            if prof is None:
+                raise _MemoryEmptied
+            profs[i] = prof
     cands: list[_Candidate] = []
     seen: set[bytes] = set()
     # Offsets of candidate lines only: the lengths of the lines between two candidates are summed

@@ -197,3 +197,30 @@ def test_tails_whose_every_line_carries_a_torchrun_rank_prefix_get_the_reference
         tail = "".join(prefix + ln for ln in row["log"].splitlines(keepends=True))
         assert rules.classify(tail, idle_seconds=row["idle_seconds"]) == rules._classify_reference(
             tail, idle_seconds=row["idle_seconds"]), row["id"]
+
+
+def test_threads_sharing_the_skeleton_memory_get_the_reference_verdicts() -> None:
+    """Given several threads classifying different tails at once (each noting its own lookup misses
+    in the shared skeleton memory, one of them emptying it now and then), every verdict is the reference's."""
+    import threading
+
+    rng = random.Random(5)
+    rows = rng.sample(ROWS, 120)
+    expected = [rules._classify_reference(r["log"], idle_seconds=r["idle_seconds"]) for r in rows]
+    wrong: list[str] = []
+
+    def work(k: int) -> None:
+        for n, (row, want) in enumerate(zip(rows[k::4], expected[k::4], strict=True)):
+            if k == 0 and n % 5 == 0:
+                rules._forget()
+            if rules.classify(row["log"], idle_seconds=row["idle_seconds"]) != want:
+                wrong.append(row["id"])
+
+    rules._forget()
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    rules._forget()
+    assert wrong == []
