@@ -32,12 +32,10 @@ from __future__ import annotations
 
 import os
 import re
-import threading
 from bisect import bisect_right
 from collections.abc import Callable
 from dataclasses import dataclass
-from itertools import compress, repeat
-from operator import is_
+from itertools import compress
 from pathlib import Path
 from typing import Any
 
@@ -1044,21 +1042,7 @@ _SK_DIGITS: dict[bytes, tuple[tuple[bytes, tuple[int, ...]], ...]] = {
 _Profile = tuple[()] | tuple[frozenset[int], tuple[tuple[bytes, tuple[int, ...]], ...], bool]
 _RANKED: _Profile = (frozenset(), (), True)
 _RANKED_SKELETON = re.compile(rb"\[(?:rank|default)[0#]+\]:")  # `_RANK_PREFIX` as seen in a skeleton
-
-
-class _ProfileMemory(dict[bytes, _Profile]):
-    """The skeleton memory: a lookup of an unknown skeleton answers None and notes, for the
-    calling thread, that one was missed (so one C-speed `map` looks up every line of a tail)."""
-
-    __slots__ = ()
-
-    def __missing__(self, key: bytes) -> Any:
-        _MISSED.flag = True
-        return None
-
-
-_MISSED = threading.local()
-_PROFILES: _ProfileMemory = _ProfileMemory()
+_PROFILES: dict[bytes, _Profile] = {}
 _PROFILES_MAX = 20_000  # distinct skeletons remembered ...
 _PROFILES_MAX_BYTES = 4 << 20  # ... and their bytes (one long line must not fill it); then start afresh
 _PROFILES_BYTES = [0]
@@ -1234,18 +1218,16 @@ def _prepare(raw: bytes, *, ranks_done: bool) -> tuple[bytes, bytes, list[_Candi
         profiles.clear()
         _PROFILES_BYTES[0] = 0
     skeletons = skeleton.split(b"\n")
-    _MISSED.flag = False
-    profs: list[_Profile] = list(map(profiles.__getitem__, skeletons))
-    if _MISSED.flag:  # new line shapes (None; usually a few, near the end): learn them, fill them in
-        new_at = list(compress(range(len(profs)), map(is_, profs, repeat(None))))
-        new = list(dict.fromkeys(map(skeletons.__getitem__, new_at)))
+    try:
+        profs = list(map(profiles.__getitem__, skeletons))
+    except KeyError:  # new line shapes
+        new = list(set(skeletons).difference(profiles))
         _PROFILES_BYTES[0] += sum(map(len, new))
         _learn(new, profiles)
-        for i in new_at:
-            prof = dict.get(profiles, skeletons[i])
-            if prof is None:
-                raise _MemoryEmptied
-            profs[i] = prof
+        try:
+            profs = list(map(profiles.__getitem__, skeletons))
+        except KeyError:
+            raise _MemoryEmptied from None
     cands: list[_Candidate] = []
     seen: set[bytes] = set()
     # Offsets of candidate lines only: the lengths of the lines between two candidates are summed
