@@ -1,0 +1,136 @@
+"""The fleet the recovery integration tests share: `sim serve` on a trace of identical RTX 3090
+offers, a real Celery worker (provision, ssh, maintenance queues), a submitted job, and the
+commands a test drives it with (the CLI, the ledger, the supervisor's poll that finds the host
+gone). The trainer itself is the e2e test's business: the worker has no monitor queue."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tests.support.services import CeleryWorker, wait_until
+
+ROOT = Path(__file__).resolve().parents[3]
+
+OFFER = {"gpu_name": "RTX 3090", "num_gpus": 1, "gpu_ram_gb": 24, "inet_down_mbps": 800, "reliability": 0.995}
+TRUTH = {"pull_mbps": 400, "status_every_s": 10}
+
+JOB = """\
+name: {name}
+train:
+  base_model: model
+  task: causal_lm
+  train_file: train.jsonl
+  max_steps: 20
+  checkpoint_every: 10
+  seed: 1
+  learning_rate: 2.0e-4
+  batch_size: 4
+  max_seq_len: 64
+  lora: {{r: 8, alpha: 16, target_modules: [q_proj, v_proj]}}
+  quantization: none
+needs:
+  gpu: [RTX 3090]
+  providers: [sim]
+  disk_gb: 20
+  download_gb: 3
+  train_hours: 0.05
+  standby_hosts: {standby_hosts}
+budget_usd: 5.0
+"""
+
+# What `monitor_training` does on the poll that finds the host gone: the supervisor's own poll
+# (provider says gone -> host_lost -> the state machine re-queues) and the shell's scheduling
+# (watch_boot on the provision queue).
+SUPERVISOR_POLL = """
+import json, sys
+from app import bootstrap
+from workers.supervisor import _schedule
+job, instance = sys.argv[1], sys.argv[2]
+sup = bootstrap.supervisor()
+found = sup.watch(job)
+assert found is not None, "no supervision row: the hand-over did not arm the monitor"
+bootstrap.market("sim").destroy(instance)
+step = sup.poll(job, found[1])
+print(json.dumps(_schedule(step, sup.clock)))
+"""
+
+
+def hosts(n: int, *, truth_of: dict[int, dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+    """`n` healthy hosts m-0, m-1, ... priced 0.10, 0.11, ... (cheapest first); `truth_of` overrides some."""
+    return [{"machine_id": f"m-{i}", "offer": {**OFFER, "dph": round(0.10 + 0.01 * i, 2)},
+             "truth": {**TRUTH, **(truth_of or {}).get(i, {})}} for i in range(n)]
+
+
+@dataclass
+class Fleet:
+    env: dict[str, str]
+    worker: CeleryWorker
+    job_id: str = ""
+
+    def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "app.cli.main", *args], cwd=ROOT, env=self.env,
+                              capture_output=True, text=True, timeout=120, check=False)
+
+    def log(self) -> str:
+        return self.worker.log.read_text(errors="replace")[-4000:]
+
+    def ledger(self, kind: str | None = None) -> list[dict[str, Any]]:
+        rows = json.loads(self.cli("ledger", "show", "--json", "--job", self.job_id).stdout)
+        return [r for r in rows if kind is None or r["kind"] == kind]
+
+    def phase(self) -> str | None:
+        jobs = json.loads(self.cli("jobs", "--json").stdout)
+        return next((j["phase"] for j in jobs if j["job_id"] == self.job_id), None)
+
+    def python(self, code: str, *args: str) -> str:
+        """Run `code` as a program in the fleet's environment; its stdout (it must exit 0)."""
+        done = subprocess.run([sys.executable, "-c", code, *args], cwd=ROOT, env=self.env,
+                              capture_output=True, text=True, timeout=120, check=False)
+        assert done.returncode == 0, done.stderr[-3000:]
+        return done.stdout
+
+    def lose_host(self, instance: str) -> dict[str, Any]:
+        """Destroy the training host behind the fleet's back and run the supervisor's poll; its schedule."""
+        return dict(json.loads(self.python(SUPERVISOR_POLL, self.job_id, instance).strip().splitlines()[-1]))
+
+
+@contextmanager
+def recovery_fleet(th_env: dict[str, str], tmp_path: Path, trace_hosts: list[dict[str, Any]], *,
+                   name: str, scale: float, standby_hosts: int) -> Iterator[Fleet]:
+    """Serve the trace, start a worker, submit the job; stop everything on the way out."""
+    trace = tmp_path / "trace.json"
+    trace.write_text(json.dumps({"format": "tuneharness-market-trace/1", "name": name,
+                                 "workload": {"image_gb": 2, "model_gb": 1}, "hosts": trace_hosts}))
+    url_file = tmp_path / "sim-url"
+    server = subprocess.Popen(
+        [sys.executable, "-m", "app.cli.main", "sim", "serve", "--trace", str(trace), "--scale", str(scale),
+         "--root", str(tmp_path / "sim"), "--url-file", str(url_file)],
+        cwd=ROOT, env=th_env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    worker = None
+    try:
+        assert wait_until(lambda: url_file.exists() or server.poll() is not None, timeout_s=60)
+        assert server.poll() is None
+        env = {**th_env, "TUNEHARNESS_SIM_URL": url_file.read_text().strip()}
+        worker = CeleryWorker.start(env, cwd=ROOT, concurrency=2, name=name, queues="provision,ssh,maintenance")
+        (tmp_path / "model").mkdir()
+        (tmp_path / "train.jsonl").write_text('{"prompt": "a", "completion": "b"}\n')
+        (tmp_path / "job.yaml").write_text(JOB.format(name=f"{name}-job", standby_hosts=standby_hosts))
+        fleet = Fleet(env=env, worker=worker)
+        out = fleet.cli("submit", str(tmp_path / "job.yaml"))
+        assert out.returncode == 0, out.stderr
+        fleet.job_id = out.stdout.strip()
+        yield fleet
+    finally:
+        if worker is not None:
+            worker.stop()
+        server.send_signal(signal.SIGTERM)
+        server.wait(timeout=30)
