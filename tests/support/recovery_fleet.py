@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tests.support.jobfiles import train_section
 from tests.support.services import CeleryWorker, wait_until
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -22,20 +23,8 @@ ROOT = Path(__file__).resolve().parents[3]
 OFFER = {"gpu_name": "RTX 3090", "num_gpus": 1, "gpu_ram_gb": 24, "inet_down_mbps": 800, "reliability": 0.995}
 TRUTH = {"pull_mbps": 400, "status_every_s": 10}
 
-JOB = """\
-name: {name}
-train:
-  base_model: model
-  task: causal_lm
-  train_file: train.jsonl
-  max_steps: 20
-  checkpoint_every: 10
-  seed: 1
-  learning_rate: 2.0e-4
-  batch_size: 4
-  max_seq_len: 64
-  lora: {{r: 8, alpha: 16, target_modules: [q_proj, v_proj]}}
-  quantization: none
+def job_yaml(name: str, standby_hosts: int) -> str:
+    return f"name: {name}\n{train_section('none')}" + f"""\
 needs:
   gpu: [RTX 3090]
   providers: [sim]
@@ -123,7 +112,7 @@ def recovery_fleet(th_env: dict[str, str], tmp_path: Path, trace_hosts: list[dic
         worker = CeleryWorker.start(env, cwd=ROOT, concurrency=2, name=name, queues="provision,ssh,maintenance")
         (tmp_path / "model").mkdir()
         (tmp_path / "train.jsonl").write_text('{"prompt": "a", "completion": "b"}\n')
-        (tmp_path / "job.yaml").write_text(JOB.format(name=f"{name}-job", standby_hosts=standby_hosts))
+        (tmp_path / "job.yaml").write_text(job_yaml(f"{name}-job", standby_hosts))
         fleet = Fleet(env=env, worker=worker)
         out = fleet.cli("submit", str(tmp_path / "job.yaml"))
         assert out.returncode == 0, out.stderr

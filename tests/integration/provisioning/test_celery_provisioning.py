@@ -9,25 +9,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tests.support.jobfiles import train_section
 from tests.support.services import CeleryWorker, wait_until
 
 ROOT = Path(__file__).resolve().parents[3]
 SCALE = 10.0  # the smoke trace's 60 s pull takes 6 wall seconds
 
-JOB = """\
-name: smoke-job
-train:
-  base_model: model
-  task: causal_lm
-  train_file: train.jsonl
-  max_steps: 20
-  checkpoint_every: 10
-  seed: 1
-  learning_rate: 2.0e-4
-  batch_size: 4
-  max_seq_len: 64
-  lora: {r: 8, alpha: 16, target_modules: [q_proj, v_proj]}
-  quantization: none
+JOB = "name: smoke-job\n" + train_section("none") + """\
 needs:
   gpu: [RTX 3090]
   providers: [sim]

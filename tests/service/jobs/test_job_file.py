@@ -11,23 +11,11 @@ import pytest
 
 from app.db import init_db, make_engine
 from app.jobs import JobFileError, JobStore, load_job_file, parse_job_text
+from tests.support.jobfiles import train_section
 
 ROOT = Path(__file__).resolve().parents[3]
 
-GOOD = """\
-name: demo
-train:
-  base_model: model
-  task: causal_lm
-  train_file: train.jsonl
-  max_steps: 20
-  checkpoint_every: 10
-  seed: 1
-  learning_rate: 2.0e-4
-  batch_size: 4
-  max_seq_len: 64
-  lora: {r: 8, alpha: 16, target_modules: [q_proj, v_proj]}
-  quantization: nf4
+GOOD = "name: demo\n" + train_section("nf4") + """\
 needs:
   gpu: [RTX 3090, NVIDIA GeForce RTX 4090]
   min_vram_gb: 24

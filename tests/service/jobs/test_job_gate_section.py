@@ -9,21 +9,9 @@ import pytest
 
 from app.db import init_db, make_engine
 from app.jobs import JobFileError, JobStore, load_job_file, parse_job_text, seed_run_id
+from tests.support.jobfiles import train_section
 
-HEAD = """\
-name: gated
-train:
-  base_model: model
-  task: causal_lm
-  train_file: train.jsonl
-  max_steps: 20
-  checkpoint_every: 10
-  seed: 1
-  learning_rate: 2.0e-4
-  batch_size: 4
-  max_seq_len: 64
-  lora: {r: 8, alpha: 16, target_modules: [q_proj, v_proj]}
-  quantization: none
+HEAD = "name: gated\n" + train_section("none") + """\
 needs:
   gpu: [RTX 3090]
 budget_usd: 3.0

@@ -7,21 +7,9 @@ from pathlib import Path
 import pytest
 
 from app.jobs import MAX_STANDBY_HOSTS, JobFileError, parse_job_text, spec_from_dict
+from tests.support.jobfiles import train_section
 
-JOB = """\
-name: demo
-train:
-  base_model: model
-  task: causal_lm
-  train_file: train.jsonl
-  max_steps: 20
-  checkpoint_every: 10
-  seed: 1
-  learning_rate: 2.0e-4
-  batch_size: 4
-  max_seq_len: 64
-  lora: {r: 8, alpha: 16, target_modules: [q_proj, v_proj]}
-  quantization: nf4
+JOB = "name: demo\n" + train_section("nf4") + """\
 needs:
   gpu: [RTX 3090]
   standby_hosts: VALUE

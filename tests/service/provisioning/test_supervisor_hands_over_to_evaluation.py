@@ -9,21 +9,9 @@ import pytest
 
 import tests.service.provisioning.test_supervisor_service as sup_tests
 from app.jobs import JobStore, parse_job_text, seed_run_id
+from tests.support.jobfiles import train_section
 
-GATED = """\
-name: gated
-train:
-  base_model: model
-  task: causal_lm
-  train_file: train.jsonl
-  max_steps: 20
-  checkpoint_every: 10
-  seed: 1
-  learning_rate: 2.0e-4
-  batch_size: 4
-  max_seq_len: 64
-  lora: {r: 8, alpha: 16, target_modules: [q_proj, v_proj]}
-  quantization: none
+GATED = "name: gated\n" + train_section("none") + """\
 needs:
   gpu: [RTX 3090]
 gate:
