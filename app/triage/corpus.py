@@ -28,6 +28,7 @@ __all__ = [
     "FRAMEWORKS_TRAIN",
     "build",
     "handwritten",
+    "real_rows",
     "write_corpus",
 ]
 
@@ -885,3 +886,12 @@ def write_corpus(out_dir: Path, *, seed: int = 8, writer: Callable[[Path, list[d
                     fh.write(json.dumps(row, ensure_ascii=False) + "\n")
         counts[split] = len(rows)
     return counts
+
+
+def real_rows(split: str = "test") -> list[dict[str, Any]]:
+    """The verbatim excerpts from public issue threads (`data/real/<split>.jsonl`: dev may be tuned
+    on, test never) as corpus-shaped rows: state = the label, split "real-<split>"."""
+    path = DATA_DIR / "real" / f"{split}.jsonl"
+    rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    return [{"id": r["id"], "log": r["log"], "idle_seconds": r.get("idle_seconds"), "state": r["label"],
+             "split": f"real-{split}", "framework": r.get("framework", "?")} for r in rows]

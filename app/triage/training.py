@@ -28,7 +28,7 @@ from typing import Any
 
 from app.errors import TuneharnessError
 from app.triage.chain import TriageChain, TriageInput
-from app.triage.corpus import build
+from app.triage.corpus import build, real_rows
 from app.triage.digest import digest
 from app.triage.specialist import DEFAULT_ADAPTER_DIR, TrainerSpecialist, minilm_base_dir
 
@@ -64,17 +64,6 @@ class PrecomputedSpecialist:
 
     def predict(self, texts: Sequence[str]) -> list[Scores]:
         return [self.by_text.get(t, {}) for t in texts]
-
-
-REAL_DIR = Path(__file__).resolve().parent / "data" / "real"
-
-
-def real_rows(split: str = "test") -> list[dict[str, Any]]:
-    """Real excerpts from public issue threads as corpus-shaped rows (split "real-<split>")."""
-    path = REAL_DIR / f"{split}.jsonl"
-    rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-    return [{"id": r["id"], "log": r["log"], "idle_seconds": r.get("idle_seconds"), "state": r["label"],
-             "split": f"real-{split}", "framework": r.get("framework", "?")} for r in rows]
 
 
 def slice_of(row: dict[str, Any]) -> str:
