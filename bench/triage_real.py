@@ -1,7 +1,8 @@
 """Accuracy of train.log triage on REAL excerpts from public issue threads (app/triage/data/real/).
 
-    .venv/bin/python bench/triage_real.py                 # both splits, rules and chain
-    .venv/bin/python bench/triage_real.py --split dev     # dev only (the split you may tune on)
+    .venv/bin/python bench/triage_real.py                 # every split, rules and chain
+    .venv/bin/python bench/triage_real.py --split dev     # dev only (a split you may tune on)
+    .venv/bin/python bench/triage_real.py --split test2   # the second batch's test split
     .venv/bin/python bench/triage_real.py --json OUT      # also write every prediction as JSON
 
 Two predictors per split:
@@ -13,7 +14,9 @@ Two predictors per split:
   `needs_operator`; that best guess is scored, and the needs_operator count is reported.
 
 Printed: accuracy overall, per state, per framework, and every miss with its evidence lines.
-`test` must never be used to tune rules: look at its misses only as id/label/predicted.
+Two batches, each split into dev and test before any classifier ran on it: `dev`/`test` (the
+first, 87 rows) and `dev2`/`test2` (the second, 75 rows, collected blind in session 3). The test
+splits must never be used to tune rules: look at their misses only as id/label/predicted.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from app.triage.rules import STATES, UNSURE, classify
 from app.triage.specialist import default_specialist
 
 REAL_DIR = Path(__file__).resolve().parents[1] / "app" / "triage" / "data" / "real"
+SPLITS = ("dev", "test", "dev2", "test2")
 
 
 def load(split: str) -> list[dict]:
@@ -99,12 +103,12 @@ def report(split: str, name: str, rows: list[dict], preds: list[dict], *, show_m
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--split", choices=("dev", "test", "both"), default="both")
+    ap.add_argument("--split", choices=(*SPLITS, "all"), default="all")
     ap.add_argument("--json", type=Path, help="write all predictions here")
     ap.add_argument("--test-evidence", action="store_true",
                     help="also print evidence lines for test misses (off: test is not for tuning)")
     args = ap.parse_args(argv)
-    splits = ("dev", "test") if args.split == "both" else (args.split,)
+    splits = SPLITS if args.split == "all" else (args.split,)
     dumped = []
     summary = []
     for split in splits:
@@ -114,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\n=== split {split}: {len(rows)} excerpts")
         print("  states: " + ", ".join(f"{s}={states[s]}" for s in STATES))
         print("  frameworks: " + ", ".join(f"{k}={v}" for k, v in sorted(fws.items())))
-        show = split == "dev" or args.test_evidence
+        show = split.startswith("dev") or args.test_evidence
         res = report(split, "rules", rows, predict_rules(rows), show_misses=show)
         chain_preds, desc = predict_chain(rows)
         print(f"\n  (chain: {desc})")
@@ -123,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
         summary += [(split, "rules", res), (split, "chain", res2)]
     print("\n=== summary")
     for split, name, res in summary:
-        print(f"  {split:<5} {name:<6} {res['correct']}/{res['n']} = {res['correct'] / res['n']:.3f}"
+        print(f"  {split:<6} {name:<6} {res['correct']}/{res['n']} = {res['correct'] / res['n']:.3f}"
               f"  (unsure/needs_operator {res['unsure']})")
     if args.json:
         args.json.write_text(json.dumps(dumped, indent=1), encoding="utf-8")

@@ -110,6 +110,8 @@ def render() -> str:
         "hand-written excerpts (how real failures print; the gate's canaries)": _load("handwritten"),
         "REAL excerpts from public issue threads, dev split (the rules were tuned on it)": real_rows("dev"),
         "REAL excerpts from public issue threads, test split (never tuned on; the gate's held-out)": real_rows("test"),
+        "REAL excerpts, second batch, dev2 split (the rules were tuned on it)": real_rows("dev2"),
+        "REAL excerpts, second batch, test2 split (never tuned on)": real_rows("test2"),
     }
     parts = [_MARK, "", "## Measured: rules stage (no model, no LLM)", "",
              "| slice | tails | accuracy | rules unsure |", "|---|---:|---:|---:|"]

@@ -263,7 +263,7 @@ _rule("oom-recovered", "oom", 70, ("attempting to recover", "skipping batch"),
       r"(?:ran out of memory|OOM).{0,80}(?:attempting to recover|skipping batch)", soft=True,
       confidence=0.7)
 _rule("generic-oom", "oom", 80, ("out of memory", "oom"),
-      r"\bout of memory\b|\bOOM(?:ed)?\b(?! *[:=] *0)", confidence=0.85)
+      r"\bout of memory\b|\bOOM(?:ed)?\b(?! *[:=]? *0(?![\d.]))", confidence=0.85)  # not a counter: "oom 0", "OOM: 0"
 _rule("sigkill", "oom", 60, ("sigkill", "exitcode", "exit code", "return code", "exit status", "killed"),
       r"Signals\.SIGKILL|Signal 9 \(SIGKILL\)|exit ?code:? ?-9\b|exitcode\s*:\s*-9\b|return code = -9\b"
       r"|killed by signal: Killed"
@@ -286,8 +286,8 @@ _rule("min-loss-scale", "diverged", 96, ("decrease scale", "minimum loss scale",
                                          "reached the minimum", "fell below", "too small"),
       r"Minimum loss scale reached|loss scale already at minimum|cannot decrease scale anymore"
       r"|loss[ _]scale (?:has )?(?:underflow|reached (?:the )?minimum|fell below|too small)")
-_rule("scale-underflow", "diverged", 90, ("reducing loss scale to", "reducing to"),
-      r"(?:reducing loss scale to|Attempted loss scale: \S+, reducing to) (?P<scale>[0-9.eE+-]+)",
+_rule("scale-underflow", "diverged", 90, ("reducing loss scale to", "reducing to", "setting loss scale to"),
+      r"(?:reducing loss scale to|Attempted loss scale: \S+, reducing to|setting loss scale to:?) (?P<scale>[0-9.eE+-]+)",
       check=_scale_below_one)
 _rule("megatron-nan-iters", "diverged", 85, "number of nan iterations",
       r"number of nan iterations:\s*(?P<n>\d+)", check=_nonzero, confidence=0.9)
@@ -414,7 +414,7 @@ _rule("http-error", "io_error", 88, ("gated repo", "is restricted", "server erro
       soft=True, confidence=0.92)
 _rule("offline-cache", "io_error", 87, ("localentrynotfounderror", "outgoing traffic has been disabled", "consistency check failed", "download", "headertoolarge", "metadataincompletebuffer", "incomplete", "pytorchstreamreader", "invalid load key"),
       r"LocalEntryNotFoundError|outgoing traffic has been disabled|Consistency check failed"
-      r"|download(?:ing)? (?:failed|error|interrupted|incomplete)|failed to download"
+      r"|download(?:ing)? (?:failed|error|interrupted|incomplete)|failed (?:to download|downloading)"
       r"|HeaderTooLarge|MetadataIncompleteBuffer|incomplete (?:download|file)"
       r"|PytorchStreamReader failed reading zip archive|invalid load key", confidence=0.9)
 _rule("s3", "io_error", 86, ("upload failed", "botocore", "s3", "nosuchbucket", "slowdown"),
@@ -607,12 +607,13 @@ _semantic("sem-data", "data_error", 56,
 
 # --- completed ------------------------------------------------------------------------------------
 _rule("completed", "completed", 50,
-      ("training is", "run is", "run complete", "run done", "final adapter saved", "training completed", "train_runtime", "train metrics", "training complete", "stopped:", "after training is done", "finished training", "training finished", "training done", "run finished", "saving final", "final model saved", "status: completed", "done training", "finished step="),
+      ("training is", "run is", "run complete", "completed in", "run done", "final adapter saved", "training completed", "train_runtime", "train metrics", "training complete", "stopped:", "after training is done", "finished training", "training finished", "training done", "run finished", "saving final", "final model saved", "status: completed", "done training", "finished step="),
       r"Training completed\. Do not forget|Training Completed!|\btrain_runtime\b|\*{3,} train metrics \*{3,}"
       r"|`Trainer\.fit` stopped: `max_(?:epochs|steps)=\d+` reached|\[after training is done\]"
       r"|\b(?:training|run) (?:is )?(?:finished|complete(?:d)?|done)\b(?! *[:=] *(?:false|0))"
       r"|finished training|done training|saving final (?:model|adapter|checkpoint)"
-      r"|final (?:model|adapter) saved|status: completed|z finished step=\d+",
+      r"|final (?:model|adapter) saved|status: completed|z finished step=\d+"
+      r"|^\d+ (?:epochs?|iterations|steps) completed in [\d.]+ ?(?:hours|minutes|seconds|[hms])\b",
       confidence=0.95)
 _rule("sem-completed", "completed", 50,
       ("done", "finish", "complete", "succeed", "success", "reached max", "exported", "stored", "written", "exit code 0"),

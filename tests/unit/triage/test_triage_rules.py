@@ -80,6 +80,14 @@ def test_megatron_zero_nan_iterations_is_not_divergence() -> None:
     assert classify(line * 3, idle_seconds=5).state == "progressing"
 
 
+def test_an_oom_counter_at_zero_is_not_an_oom() -> None:
+    """fairseq logs `| oom 0 |` in every epoch summary: a counter at zero is no OOM; the word itself still is."""
+    line = ("| epoch 027 | loss 6.343 | nll_loss 4.984 | ppl 31.65 | wps 164346 | gnorm 0.390 | clip 0% | oom 0 "
+            "| loss_scale 0.500 | wall 23080 | train_wall 21383\n")
+    assert classify(line * 3, idle_seconds=5).state == "progressing"
+    assert classify(line * 3 + "ERROR: OOM in the forward pass, aborting\n").state == "oom"
+
+
 def test_nccl_info_no_device_found_is_not_a_cuda_fault() -> None:
     """'NCCL INFO NET/IB : No device found.' is normal on hosts without InfiniBand."""
     log = "NCCL INFO NET/IB : No device found.\n{'loss': 1.44, 'grad_norm': 0.31, 'learning_rate': 0.0002, 'epoch': 0.08}\n"
