@@ -5,6 +5,7 @@
     python bench/campaign.py --only sweep --from-seed 53 --seeds 100        # issue 4, out of sample
     python bench/campaign.py --only recovery --recovery-from 31 --recovery-seeds 60   # issue 7, out of sample
     python bench/campaign.py --only shipped --progress-hedge 3   # with progress-aware hedging (off by default)
+    python bench/campaign.py --only first-wave --recovery-seeds 60   # issue 7: each no-standby miss, explained
 
 Every number is the simulated marketplace's own receipt (its billing and its truth), from
 `workers.campaign.run_campaign`; the same receipt `tuneharness sim campaign --json` prints.
@@ -22,7 +23,9 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from providers.sim.make_traces import adversarial, marketplace, recovery
+from providers.sim.market import pull_seconds
 from providers.sim.trace import Trace, load_trace, parse_trace
+from workers.campaign import is_dead_host
 from workers.campaign import run_campaign as _run_campaign
 
 PROGRESS_HEDGE: int | None = None  # --progress-hedge N: extra rentals per slow recovery (default: the policy's)
@@ -181,6 +184,74 @@ def recovery_seeds_summary(n: int, *, first: int = 1) -> str:
     )
 
 
+def first_wave(trace: Trace, *, label: str) -> list[dict[str, Any]]:
+    """Each no-standby recovery, beside what waiting for the first wave would have given.
+
+    The first wave is what the policy rented at the instant it noticed the loss (the job's own
+    replacement and the hedges). The referee knows which of those hosts were healthy and how long
+    each pulled: resuming on the first of them to finish would have come at detection + its pull +
+    the same time from ready to the first step as the real replacement took. A recovery that
+    resumed on a host rented later (after duds) counts its whole wait against the target, since the
+    target subtracts only that host's own pull.
+    """
+    res = run_campaign(trace, policy="guarded", standby_hosts=0)
+    created = {e["instance"]: e for e in res.ledger if e["kind"] == "created"}
+    dl = trace.workload.download_gb
+    out = []
+    for rec, facts in zip(res.receipt["recoveries"], res.recovery_facts, strict=True):
+        noticed = rec["lost_at_s"] + facts["detect_s"]
+        start = next(e for e in res.ledger if e["kind"] == "training_started" and e["job"] == rec["job"]
+                     and abs(e["t_s"] - rec["resumed_at_s"]) < 1e-6)
+        made = created[start["instance"]]
+        ready_to_step = rec["resumed_at_s"] - (made["t_s"] + facts["replacement_pull_s"])
+        healthy_pulls = []
+        for e in created.values():
+            if abs(e["t_s"] - noticed) > 1e-6:
+                continue
+            host = trace.host(e["machine"])
+            pull = pull_seconds(download_gb=dl, pull_mbps=host.truth.pull_mbps)
+            if is_dead_host(host.truth, offered_gpu=host.offer.gpu_name, offered_ram_gb=host.offer.gpu_ram_gb, pull_s=pull) is None:
+                healthy_pulls.append(pull)
+        took = rec["resumed_at_s"] - rec["lost_at_s"]
+        best = min(healthy_pulls, default=None)
+        out.append({
+            "trace": label, "job": rec["job"], "recovery_s": took, "over_pull_s": took - facts["replacement_pull_s"],
+            "rented_after_s": made["t_s"] - noticed, "first_wave": sum(1 for e in created.values() if abs(e["t_s"] - noticed) <= 1e-6),
+            "first_wave_healthy": len(healthy_pulls),
+            "first_wave_recovery_s": None if best is None else noticed + best + ready_to_step - rec["lost_at_s"],
+        })
+    return out
+
+
+def first_wave_summary(n: int, *, first: int = 1) -> str:
+    rows = [
+        "| trace | job | recovery s | minus its pull s | replacement rented s after the loss was noticed | "
+        "first wave (healthy) | resuming on the first wave's fastest healthy host s |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    traces = [("marketplace", load_trace("marketplace")), ("recovery", load_trace("recovery"))]
+    traces += [(f"{g.__name__}({seed})", parse_trace(g(seed))) for seed in range(first, n + 1) for g in (marketplace, recovery)]
+    total = misses = sooner = no_healthy = 0
+    for label, trace in traces:
+        for r in first_wave(trace, label=label):
+            total += 1
+            if r["over_pull_s"] <= 90:
+                continue
+            misses += 1
+            fw = r["first_wave_recovery_s"]
+            no_healthy += fw is None
+            sooner += fw is not None and r["recovery_s"] < fw
+            rows.append(f"| {label} | {r['job']} | {r['recovery_s']:.0f} | {r['over_pull_s']:.0f} | {r['rented_after_s']:.0f} | "
+                        f"{r['first_wave']} ({r['first_wave_healthy']}) | {_fmt(fw)} |")
+    return "\n".join(rows) + (
+        f"\n\nOf {total} no-standby recoveries (the shipped marketplace and recovery traces, and generated seeds "
+        f"{first}-{n} of both), {misses} took longer than their replacement's pull + 90 s. In {sooner} of those the job "
+        f"resumed SOONER than it would have on the fastest healthy host of the first wave (that host would have met "
+        f"the target, being slower); in {no_healthy} the first wave held no healthy host. A negative 'rented after' is a "
+        f"host rented before the loss: a finished job's held host, adopted when it came free."
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--seeds", type=int, default=0, help="also run generated variants of each generator, up to seed N")
@@ -188,8 +259,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--recovery-seeds", type=int, default=None,
                    help="last seed of the recovery(seed) sweep (default: min(--seeds, 30))")
     p.add_argument("--recovery-from", type=int, default=1, help="first seed of the recovery(seed) sweep (default 1)")
-    p.add_argument("--only", choices=("all", "shipped", "sweep", "recovery"), default="all",
-                   help="shipped: the shipped-trace tables; sweep: marketplace/adversarial seeds; recovery: recovery seeds")
+    p.add_argument("--only", choices=("all", "shipped", "sweep", "recovery", "first-wave"), default="all",
+                   help="shipped: the shipped-trace tables; sweep: marketplace/adversarial seeds; recovery: recovery "
+                        "seeds; first-wave: each no-standby recovery miss beside waiting for the first wave")
     p.add_argument("--progress-hedge", type=int, default=None,
                    help="extra rentals per waiting recovery whose chains pull slowly (default: the policy's, 0)")
     args = p.parse_args(argv)
@@ -204,6 +276,9 @@ def main(argv: list[str] | None = None) -> int:
         print()
         print(seeds_summary(args.seeds, first=args.from_seed))
     recovery_last = args.recovery_seeds if args.recovery_seeds is not None else min(args.seeds, 30)
+    if args.only == "first-wave":
+        print(first_wave_summary(recovery_last, first=args.recovery_from))
+        return 0
     if recovery_last and args.only in ("all", "recovery"):
         print()
         print(recovery_seeds_summary(recovery_last, first=args.recovery_from))
