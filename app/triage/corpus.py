@@ -26,6 +26,8 @@ __all__ = [
     "DATA_DIR",
     "FRAMEWORKS_OOD",
     "FRAMEWORKS_TRAIN",
+    "REAL_BATCHES",
+    "REAL_SPLITS",
     "build",
     "handwritten",
     "real_rows",
@@ -886,6 +888,11 @@ def write_corpus(out_dir: Path, *, seed: int = 8, writer: Callable[[Path, list[d
                     fh.write(json.dumps(row, ensure_ascii=False) + "\n")
         counts[split] = len(rows)
     return counts
+
+
+# The real excerpts come in batches, each split into (dev, test) before any classifier ran on it.
+REAL_BATCHES: tuple[tuple[str, str], ...] = (("dev", "test"), ("dev2", "test2"), ("dev3", "test3"))
+REAL_SPLITS: tuple[str, ...] = tuple(split for batch in REAL_BATCHES for split in batch)
 
 
 def real_rows(split: str = "test") -> list[dict[str, Any]]:

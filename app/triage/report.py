@@ -112,6 +112,8 @@ def render() -> str:
         "REAL excerpts from public issue threads, test split (never tuned on; the gate's held-out)": real_rows("test"),
         "REAL excerpts, second batch, dev2 split (the rules were tuned on it)": real_rows("dev2"),
         "REAL excerpts, second batch, test2 split (never tuned on)": real_rows("test2"),
+        "REAL excerpts, third batch (JAX, TF, Paddle, ESPnet, ...), dev3 split (the rules were tuned on it)": real_rows("dev3"),
+        "REAL excerpts, third batch, test3 split (never tuned on)": real_rows("test3"),
     }
     parts = [_MARK, "", "## Measured: rules stage (no model, no LLM)", "",
              "| slice | tails | accuracy | rules unsure |", "|---|---:|---:|---:|"]

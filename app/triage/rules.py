@@ -235,6 +235,13 @@ def _scale_below_one(m: re.Match[str]) -> bool:
         return False
 
 
+def _scale_tiny(m: re.Match[str]) -> bool:
+    try:
+        return float(m.group("scale")) < 1e-5
+    except (TypeError, ValueError):
+        return False
+
+
 def _nonzero(m: re.Match[str]) -> bool:
     try:
         return int(m.group("n")) > 0
@@ -273,7 +280,7 @@ _rule("sigkill", "oom", 60, ("sigkill", "exitcode", "exit code", "return code", 
 # --- diverged: NaN/inf loss or grad norm, loss-scale underflow, exploding loss ---------------
 _INF_NEEDLES = ("nan", ": inf", "=inf", "= inf", "loss inf", "norm inf", "-inf", "+inf", "infinity", "'inf")
 _rule("nan-loss", "diverged", 94, _INF_NEEDLES,
-      r"""loss['"]?\s*[:=]?\s*['"]?[-+]?(?:nan|inf(?:inity)?)\b""")
+      r"""loss['"]?\s*[:=]?\s*['"]?(?:\[\s*|tensor\(\s*)?[-+]?(?:nan|inf(?:inity)?)\b""")
 _rule("nan-grad-norm", "diverged", 60, _INF_NEEDLES,
       r"""\bgrad[ _]norm['"]?\s*[:=]?\s*['"]?[-+]?(?:nan|inf(?:inity)?)\b""", confidence=0.8)
 _rule("loss-is-nan", "diverged", 95, ("nan", "non-finite", "not finite", "infinite", "loss is", "loss became", "loss has become", "detected inf", "inf loss", "inf gradient", "norm is inf", "norm was inf", "norm became inf"),
@@ -282,13 +289,17 @@ _rule("loss-is-nan", "diverged", 95, ("nan", "non-finite", "not finite", "infini
       r"|found NaN in local grad norm|NaN or Inf found in input tensor|detected (?:inf|nan)"
       r"|(?:nan|inf) (?:loss|gradients?) detected|loss contains nan|Encountered nan"
       r"|grad(?:ient)?[ _]norm (?:is|was|became) (?:nan|inf)")
-_rule("min-loss-scale", "diverged", 96, ("decrease scale", "minimum loss scale", "already at minimum", "underflow", "reached minimum",
+_rule("min-loss-scale", "diverged", 96, ("decrease scale", "minimum loss scale", "already at minimum", "underflow", "reached minimum", "scale is too small",
                                          "reached the minimum", "fell below", "too small"),
-      r"Minimum loss scale reached|loss scale already at minimum|cannot decrease scale anymore"
+      r"Minimum loss scale reached|loss scale already at minimum|cannot decrease scale anymore|grad_scale is too small"
       r"|loss[ _]scale (?:has )?(?:underflow|reached (?:the )?minimum|fell below|too small)")
 _rule("scale-underflow", "diverged", 90, ("reducing loss scale to", "reducing to", "setting loss scale to"),
       r"(?:reducing loss scale to|Attempted loss scale: \S+, reducing to|setting loss scale to:?) (?P<scale>[0-9.eE+-]+)",
       check=_scale_below_one)
+# icefall/k2 warn while the fp16 grad scale is below 1 (it may recover) and give up below 1e-5
+# ("grad_scale is too small"): a scale that far down is an overflow that never ends.
+_rule("grad-scale-small", "diverged", 85, "grad scale is small", r"Grad scale is small: (?P<scale>[0-9.eE+-]+)",
+      check=_scale_tiny, confidence=0.9)
 _rule("megatron-nan-iters", "diverged", 85, "number of nan iterations",
       r"number of nan iterations:\s*(?P<n>\d+)", check=_nonzero, confidence=0.9)
 _rule("loss-exploded", "diverged", 90, ("explosion", "explod", "diverg"),
@@ -302,8 +313,9 @@ _rule("xid", "cuda_fault", 97, ("xid", "fallen off the bus"),
       r"|NVRM: .{0,80}fallen off the bus|fallen off the bus and is not responding")
 _rule("ecc", "cuda_fault", 97, ("ecc", "row remap"),
       r"uncorrectable ECC error|\bECC error|double[- ]bit ECC|row remap(?:ping)? (?:failure|pending)")
-_rule("illegal-access", "cuda_fault", 96, ("launchfailure", "illegal", "misaligned", "unspecified launch failure", "launch failure", "launch timed out"),
+_rule("illegal-access", "cuda_fault", 96, ("launchfailure", "illegal", "misaligned", "unspecified launch failure", "launch failure", "launch timed out", "memory access fault by gpu"),
       r"illegal memory access|illegal instruction was encountered|misaligned address"
+      r"|Memory access fault by GPU node"  # ROCm/HIP
       r"|unspecified launch failure|CUDA_ERROR_ILLEGAL_ADDRESS|cudaErrorIllegalAddress"
       r"|the launch timed out and was terminated|cudaErrorLaunchFailure")
 _rule("driver-mismatch", "cuda_fault", 96, ("not compatible with the current pytorch", "driver", "nvml", "compute capability", "sm_", "no kernel image", "forward compatibility", "error 802:", "error 803:", "error 804:", "nvidia-container-cli", "rminitadapter", "device handle"),
@@ -379,6 +391,11 @@ _rule("rendezvous", "stalled", 91, ("diststoreerror", "rendezvous", "timed out",
       r"|barrier timed out|monitoredBarrier|Timed out initializing process group"
       r"|Timed out waiting \d+ ?ms for (?:send|recv|recv operation)|The server socket has timed out",
       confidence=0.95)
+# JAX/XLA multi-host start-up: registering with the coordination service, or its barrier, timed
+# out (the other tasks never came). Not "agent in error status" alone: every task prints that
+# when any peer fails, whatever the failure was.
+_rule("coordination-deadline", "stalled", 78, ("registertask", "barrier timed out"),
+      r"DEADLINE_EXCEEDED: Barrier timed out|CoordinationService/RegisterTask", confidence=0.85)
 _rule("rendezvous-fail", "stalled", 75, ("rendezvous", "address already in use", "distnetworkerror", "keep-alive heartbeat"),
       r"RendezvousConnectionError|RendezvousClosedError|DistNetworkError|failed to send a keep-alive heartbeat"
       r"|failed to bind to .{0,40}Address already in use", confidence=0.85)
@@ -391,11 +408,13 @@ _rule("disk-full", "io_error", 96, ("disk is full", "no space left", "errno 28",
       r"No space left on device|\[Errno 28\]|Disk quota exceeded|StorageFull|\bENOSPC\b|disk (?:is )?full")
 _rule("permission", "io_error", 80, ("permission denied", "errno 13]"),
       r"PermissionError: \[Errno 13\]|\[Errno 13\] Permission denied", confidence=0.85)
-_rule("write-failed", "io_error", 95, ("too many open files", "errno 24]", "pytorchstreamwriter", "errno 116]", "file write failed", "unexpected pos", "read-only file system", "input/output error", "stale file handle", "errno 5]", "errno 30]", "errno 122]"),
+_rule("write-failed", "io_error", 95, ("write incomplete", "too many open files", "errno 24]", "pytorchstreamwriter", "errno 116]", "file write failed", "unexpected pos", "read-only file system", "input/output error", "stale file handle", "errno 5]", "errno 30]", "errno 122]"),
       r"file write failed|PytorchStreamWriter failed|unexpected pos \d+ vs \d+|Read-only file system"
-      r"|Input/output error|\[Errno (?:5|30|122|116|24)\]|Stale file handle|Too many open files")
-_rule("ckpt-save-failed", "io_error", 85, ("to save", "to write", "checkpoint save", "checkpoint write", "checkpoint upload", "error saving"),
+      r"|Input/output error|\[Errno (?:5|30|122|116|24)\]|Stale file handle|Too many open files"
+      r"|FileStream\.Write incomplete")
+_rule("ckpt-save-failed", "io_error", 85, ("to save", "to write", "checkpoint save", "checkpoint write", "checkpoint upload", "error saving", "error writing"),
       r"(?:failed|unable|could not) to (?:save|write) (?:the )?(?:checkpoint|model|state|adapter)"
+      r"|Error writing (?:\(tmp\) )?checkpoint"
       r"|checkpoint (?:save|write|upload) failed|Error saving checkpoint", confidence=0.9)
 _rule("network", "io_error", 90, ("name or service", "no route", "chunkedencoding", "protocolerror", "aiohttp", "connect", "payload", "commerror", "run initialization", "timed out", "timeout", "name resolution", "getaddrinfo", "max retries", "ssl", "unreachable", "resolve", "reset by peer", "incompleteread", "broken pipe"),
       r"(?<!Rendezvous)ConnectionError|ConnectTimeout|ConnectTimeoutError|ReadTimeout(?:Error)?|Read timed out"
@@ -492,7 +511,7 @@ _rule("file-missing", "data_error", 70, ("isadirectoryerror", "notadirectoryerro
 _rule("python-bug", "data_error", 40, ("error:", "exception:", "assertionerror"),
       r"^\S*(?:KeyError|ValueError|TypeError|IndexError|AttributeError|AssertionError|NameError"
       r"|ZeroDivisionError|NotImplementedError|RecursionError|UnboundLocalError|LookupError)\b:?",
-      confidence=0.55)
+      confidence=0.8)
 
 _rule("traceback-any", "data_error", 30, ("traceback (most recent call last)", "error: ", "exception: "),
       r"^Traceback \(most recent call last\)|^[\w.]*(?:Error|Exception): ", confidence=0.45)
