@@ -300,6 +300,9 @@ _rule("scale-underflow", "diverged", 90, ("reducing loss scale to", "reducing to
 # ("grad_scale is too small"): a scale that far down is an overflow that never ends.
 _rule("grad-scale-small", "diverged", 85, "grad scale is small", r"Grad scale is small: (?P<scale>[0-9.eE+-]+)",
       check=_scale_tiny, confidence=0.9)
+# torch.distributions refuses a parameter that went NaN (an RL policy's mean, a VAE's scale).
+_rule("distribution-nan", "diverged", 92, ("found invalid values",),
+      r"to satisfy the constraint \w+\(\), but found invalid values", confidence=0.85)
 _rule("megatron-nan-iters", "diverged", 85, "number of nan iterations",
       r"number of nan iterations:\s*(?P<n>\d+)", check=_nonzero, confidence=0.9)
 _rule("loss-exploded", "diverged", 90, ("explosion", "explod", "diverg"),
@@ -349,6 +352,10 @@ _rule("cuda-lib", "cuda_fault", 88, ("libcuda", "libcudart", "libcublas", "libnv
       soft=True, confidence=0.9)
 # The CUDA toolkit itself is missing on the host (a JIT extension build cannot find nvcc): no
 # ambiguity left, unlike a bare "Error building extension" (often a compiler or code problem).
+# A CUDA extension (flash-attn, xformers, apex, ...) built against another torch or CUDA: the
+# environment on the host is broken, not the job's data.
+_rule("cuda-ext-abi", "cuda_fault", 88, ("undefined symbol",),
+      r"\S*cuda\S*\.so: undefined symbol|undefined symbol: _ZN3c10\d*cuda", confidence=0.85)
 _rule("cuda-toolkit-missing", "cuda_fault", 80, ("nvcc", "no cuda runtime"),
       r"nvcc: (?:not found|No such file or directory)|/nvcc\S*: (?:not found|No such file)"
       r"|No CUDA runtime is found", confidence=0.9)
@@ -626,13 +633,16 @@ _semantic("sem-data", "data_error", 56,
 
 # --- completed ------------------------------------------------------------------------------------
 _rule("completed", "completed", 50,
-      ("training is", "run is", "run complete", "completed in", "run done", "final adapter saved", "training completed", "train_runtime", "train metrics", "training complete", "stopped:", "after training is done", "finished training", "training finished", "training done", "run finished", "saving final", "final model saved", "status: completed", "done training", "finished step="),
+      ("training is", "run is", "run complete", "completed in", "optimizer stripped", "exits successfully", "early stop", "run done", "final adapter saved", "training completed", "train_runtime", "train metrics", "training complete", "stopped:", "after training is done", "finished training", "training finished", "training done", "run finished", "saving final", "final model saved", "status: completed", "done training", "finished step="),
       r"Training completed\. Do not forget|Training Completed!|\btrain_runtime\b|\*{3,} train metrics \*{3,}"
       r"|`Trainer\.fit` stopped: `max_(?:epochs|steps)=\d+` reached|\[after training is done\]"
       r"|\b(?:training|run) (?:is )?(?:finished|complete(?:d)?|done)\b(?! *[:=] *(?:false|0))"
       r"|finished training|done training|saving final (?:model|adapter|checkpoint)"
       r"|final (?:model|adapter) saved|status: completed|z finished step=\d+"
-      r"|^\d+ (?:epochs?|iterations|steps) completed in [\d.]+ ?(?:hours|minutes|seconds|[hms])\b",
+      r"|^\d+ (?:epochs?|iterations|steps) completed in [\d.]+ ?(?:hours|minutes|seconds|[hms])\b"
+      r"|^Optimizer stripped from \S+"  # ultralytics, once the last epoch is done
+      r"|\bProcess \d+ exits successfully"  # the DeepSpeed launcher, per process at the end
+      r"|\bEarly stop(?:ping)? at epoch \d+|\bEarly stopping triggered|^Epoch \d+: early stopping\b",
       confidence=0.95)
 _rule("sem-completed", "completed", 50,
       ("done", "finish", "complete", "succeed", "success", "reached max", "exported", "stored", "written", "exit code 0"),
@@ -657,7 +667,7 @@ _PROGRESS_ALTERNATIVES = (
     r"\biteration\s+\d+\s*/\s*\d+\s*\|",  # Megatron
     r"\bstep[=:\s]\s*\d+.{0,40}\b(?:loss|lr)\b",  # generic step lines, DeepSpeed
     r"\b(?:epoch|Epoch)\s*[:=]?\s*\d+.{0,60}\bloss\b",
-    r"(?:\b|_)loss\s*[=:]\s*[-+\d.]|(?:\b|_)loss\s+\d+\.\d+",
+    r"(?:\b|_|(?<=[a-z]))loss\s*[=:]\s*[-+\d.]|(?:\b|_)loss\s+\d+\.\d+",
     r"\bprogress:\s*\d+/\d+",  # mmf and other "progress: N/M" loggers
     r"^\|\s*\d+\s*\|\s*[-+\d.e]+\s*\|",  # unsloth / TRL step table
     r"saving (?:model )?checkpoint to",

@@ -76,6 +76,10 @@ DEV = [r for dev, _ in REAL_BATCHES for r in _rows(dev)]
 KNOWN_MISSES = {
     "real-c-mmdet-fcos-12-epochs-done": "mmdet prints no end-of-run line: the last epoch's checkpoint and "
                                         "evaluation read like any other epoch's (the schedule is in the config)",
+    "real-f-baselines-ppo2-unity-end-saving": "the last table and checkpoint save look like every periodic one; only "
+                                              "the poster says they come at the end",
+    "real-f-ronin-checkpoint-save-disk-full": "torch.save's 'File ... cannot be opened' is also what a missing output "
+                                              "directory gives (a config error); the thread says the disk was full",
 }
 
 
