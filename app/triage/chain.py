@@ -75,12 +75,17 @@ class TriageChain:
         escalation: Escalation | None = None,
         rules_min_confidence: float = 0.8,
         specialist_min_confidence: float = 0.7,
+        specialist_overrule_confidence: float = 0.9,
         stall_after_s: float = DEFAULT_STALL_AFTER_S,
     ) -> None:
         self.specialist = specialist
         self.escalation = escalation
         self.rules_min_confidence = rules_min_confidence
         self.specialist_min_confidence = specialist_min_confidence
+        # A rules verdict that names a state (not "unsure") but below rules_min_confidence is
+        # overruled only by a specialist this sure; a less sure disagreement is ambiguity: it goes
+        # on to the LLM, and without one comes back as the rules' state marked needs_operator.
+        self.specialist_overrule_confidence = specialist_overrule_confidence
         self.stall_after_s = stall_after_s
 
     def triage(self, log: str, *, idle_seconds: float | None = None, id: str = "log",
@@ -122,6 +127,11 @@ class TriageChain:
                     still.append(i)
                     continue
                 ev = (f"specialist p={p:.2f}", *verdicts[i].evidence[:2])
+                v = verdicts[i]
+                if v.sure and state != v.state and p < self.specialist_overrule_confidence:
+                    notes[i].append(f"specialist disagreed: {state} p={p:.2f}")
+                    still.append(i)
+                    continue
                 if p >= self.specialist_min_confidence:
                     results[i] = TriageResult(rows[i].id, state, "specialist", p, action_for(state, verdicts[i].evidence), ev)
                 else:

@@ -69,6 +69,29 @@ def test_a_confident_specialist_answers_the_rules_residue() -> None:
     assert res.action == "replace the host, record it against the machine"
 
 
+LOSS_ZERO = "".join(f"{{'loss': {v}, 'grad_norm': {g}, 'epoch': {e}}}\n"
+                    for v, g, e in (("1.2", "3.0", "0.1"), ("0.9", "2.0", "0.2"), ("0.0", "0.0", "0.3"), ("0.0", "0.0", "0.4")))
+
+
+def test_a_weak_rules_verdict_is_overruled_only_by_a_very_sure_specialist(fake: FakeLlmServer, ledger: Ledger) -> None:
+    """The rules say diverged at 0.6 (loss collapsed to 0.0): a specialist at 0.8 for another state
+    is a disagreement (the LLM is asked; without one, the rules' state for an operator); at 0.95
+    it overrules; agreeing at 0.8, it answers."""
+    def specialist(state: str, p: float) -> StaticSpecialist:
+        return StaticSpecialist(lambda _t: {state: p, "oom": 1 - p})
+
+    res = TriageChain(specialist=specialist("progressing", 0.8)).triage(LOSS_ZERO, idle_seconds=5)
+    assert (res.state, res.stage, res.needs_operator) == ("diverged", "rules", True)
+    assert any("specialist disagreed: progressing p=0.80" in n for n in res.notes)
+    asked = TriageChain(specialist=specialist("progressing", 0.8),
+                        escalation=LlmEscalation(_config(fake.url), ledger)).triage(LOSS_ZERO, idle_seconds=5)
+    assert (asked.state, asked.stage) == ("cuda_fault", "llm") and len(fake.requests) == 1
+    sure = TriageChain(specialist=specialist("progressing", 0.95)).triage(LOSS_ZERO, idle_seconds=5)
+    assert (sure.state, sure.stage, sure.needs_operator) == ("progressing", "specialist", False)
+    agree = TriageChain(specialist=specialist("diverged", 0.8)).triage(LOSS_ZERO, idle_seconds=5)
+    assert (agree.state, agree.stage, agree.needs_operator) == ("diverged", "specialist", False)
+
+
 def test_batches_load_the_specialist_once(fake: FakeLlmServer) -> None:
     """A batch sends all residue rows to the specialist in one call (one model load)."""
     spec = StaticSpecialist(lambda _t: {"stalled": 0.95})
