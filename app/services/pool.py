@@ -183,17 +183,32 @@ class Pool:
         with read_connection(self.engine) as conn:
             return [_held(r) for r in conn.execute(q)]
 
-    def claim(self, instance_id: str, *, job_id: str, now: float) -> Held | None:
-        """Take the held host for `job_id`: exactly one caller wins; None for everyone else."""
+    def claim(self, instance_id: str, *, job_id: str, now: float, once_since: float | None = None) -> Held | None:
+        """Take the held host for `job_id`: exactly one caller wins; None for everyone else.
+
+        `once_since`: refuse (None) if `job_id` already adopted a host at or after that time. A
+        recovering job passes its loss time, so that two of its steps running at once (two
+        standby hosts verified at the same moment each offer theirs) adopt one host between them.
+        """
         with write_transaction(self.engine, lock=_LOCK) as conn:
             r = conn.execute(select(_H).where(_H.c.instance_id == instance_id, _H.c.state == "held")).first()
             if r is None or float(r.hold_until) <= now:
+                return None
+            if once_since is not None and conn.execute(select(_H.c.id).where(
+                    _H.c.adopted_by == job_id, _H.c.state == "adopted", _H.c.ended_at >= once_since)).first() is not None:
                 return None
             moved = conn.execute(_H.update().where(_H.c.id == r.id, _H.c.state == "held").values(
                 state="adopted", adopted_by=job_id, ended_at=now, end_reason=f"adopted by {job_id}"))
             if moved.rowcount != 1:
                 return None
         return self.get(str(r.id))
+
+    def adopted_since(self, job_id: str, since: float) -> Held | None:
+        """The host `job_id` adopted at or after `since`, if any."""
+        with read_connection(self.engine) as conn:
+            r = conn.execute(select(_H).where(_H.c.adopted_by == job_id, _H.c.state == "adopted",
+                                              _H.c.ended_at >= since)).first()
+        return None if r is None else self.get(str(r.id))
 
     def unclaim(self, row_id: str, *, job_id: str) -> bool:
         """Put a host `job_id` claimed back on hold (its budget refused the adoption)."""

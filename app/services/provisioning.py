@@ -125,6 +125,11 @@ class Step:
     also: tuple[Step, ...] = ()  # other jobs this step moved (a recovery adopting a standby host)
 
 
+class _StepYields(Exception):
+    """Another step of the same job already did what this one is about to (it adopted a host for
+    the same recovery): this step ends without side effects or a save, and that one decides."""
+
+
 @dataclass
 class _Ctx:
     """What one `_run` collected besides its own job's state."""
@@ -313,21 +318,25 @@ class ProvisioningService:
         preflight_instance: str | None = None
         handed_over: str | None = None
         ctx = _Ctx()
-        while pending:
-            obs = pending.pop(0)
-            job, actions = decide(job, obs, self.clock.now(), cfg=self.cfg, jitter_u=self.rng.random())
-            for act in actions:
-                if isinstance(act, WakeAt):
-                    wake_at = act.at
-                elif isinstance(act, RunPreflight):
-                    preflight_instance = act.instance_id
-                elif isinstance(act, StartTraining):
-                    handed_over = act.instance_id
-                    self._start_training(job, act)
-                else:
-                    follow = self._apply(job, act, ctx)
-                    if follow is not None:
-                        pending.append(follow)
+        before = job
+        try:
+            while pending:
+                obs = pending.pop(0)
+                job, actions = decide(job, obs, self.clock.now(), cfg=self.cfg, jitter_u=self.rng.random())
+                for act in actions:
+                    if isinstance(act, WakeAt):
+                        wake_at = act.at
+                    elif isinstance(act, RunPreflight):
+                        preflight_instance = act.instance_id
+                    elif isinstance(act, StartTraining):
+                        handed_over = act.instance_id
+                        self._start_training(job, act)
+                    else:
+                        follow = self._apply(job, act, ctx)
+                        if follow is not None:
+                            pending.append(follow)
+        except _StepYields:
+            return Step(before.job_id, before.phase, standby=before.standby)
         if ctx.restep and wake_at is None and job.phase == "queued":
             wake_at = self.clock.now()
         if not self._save(job, version, wake_at):
@@ -489,8 +498,14 @@ class ProvisioningService:
     def _adopt(self, job: JobState, act: Adopt, ctx: _Ctx) -> Observation | None:
         """Claim the held host for the job; None (and a fresh look) if someone else got it or it is gone."""
         now = self.clock.now()
-        claimed = self.pool.claim(act.held.instance_id, job_id=job.job_id, now=now)
+        claimed = self.pool.claim(act.held.instance_id, job_id=job.job_id, now=now, once_since=job.lost_at)
         if claimed is None:
+            other = self.pool.adopted_since(job.job_id, job.lost_at) if job.lost_at is not None else None
+            if other is not None:
+                self.ledger.append(Event(kind="adopt_skipped", job=self.owner_of(job.job_id), instance=act.held.instance_id,
+                                         reason=f"another step of this recovery already adopted {other.instance_id}",
+                                         payload={"provisioning_job": job.job_id, "adopted": other.instance_id}))
+                raise _StepYields(other.instance_id)
             ctx.restep = True
             self.ledger.append(Event(kind="adopt_lost", job=self.owner_of(job.job_id), instance=act.held.instance_id,
                                      reason="another job adopted the held host first; looking again",

@@ -544,3 +544,34 @@ def test_a_crash_in_the_middle_of_a_hand_over_leaves_the_booting_attempt_driven(
     (m1,) = [r for r in f.svc.rentals.all(job="job-a") if r.machine_id == "m-1"]
     assert m1.state != "active" or m1.instance_id in f.handed.values() or any(
         h.instance_id == m1.instance_id for h in f.svc.pool.held(owner="job-a"))
+
+
+def test_two_steps_of_one_recovery_at_once_adopt_one_host_between_them(tmp_path: Path, monkeypatch: Any) -> None:
+    """Two standby hosts verified at the same moment each step the recovering job (two Celery
+    tasks): the step that claims first adopts; the other, which loaded the same state, claims
+    nothing more, emits no adoption and saves nothing (found by the Celery hedged-recovery test,
+    where it left one job with two adopted hosts)."""
+    f = Fleet(tmp_path)
+    f.train("job-a", standby_hosts=2)
+    f.run(lambda: len([h for h in f.svc.pool.held() if h.standby]) == 2)
+    step = f.lose("job-a")
+    assert step.phase == "queued"
+    stale = f.svc.state("job-a")  # what the second task loaded before the first one saved
+    assert stale is not None
+    first = f.svc.step("job-a")
+    assert first.handed_over is not None
+    real_state = f.svc.state
+    monkeypatch.setattr(f.svc, "state", lambda job_id: stale if job_id == "job-a" else real_state(job_id))
+    second = f.svc.step("job-a")
+    monkeypatch.setattr(f.svc, "state", real_state)
+
+    assert second.handed_over is None
+    adopted = f.rows(job="job-a", kind="host_adopted")
+    assert [r.instance for r in adopted] == [first.handed_over]
+    assert len(f.rows(job="job-a", kind="training_handed_over")) == 2  # the first training and this recovery
+    assert [r.kind for r in f.rows(job="job-a")].count("adopt_skipped") == 1
+    still = [h for h in f.svc.pool.held() if h.standby]
+    assert len(still) == 1 and still[0].instance_id != first.handed_over  # the other host waits on
+    state = f.svc.state("job-a")
+    assert state is not None and state[0].phase == "training" and state[0].attempt is not None
+    assert state[0].attempt.instance_id == first.handed_over
