@@ -1,5 +1,5 @@
-"""The fleet the recovery integration tests share: `sim serve` on a trace of identical RTX 3090
-offers, a real Celery worker (provision, ssh, maintenance queues), a submitted job, and the
+"""The fleet the Celery provisioning and recovery integration tests share: `sim serve` on a trace
+(for the recovery tests, one of identical RTX 3090 offers), a real Celery worker (provision, ssh, maintenance queues), a submitted job, and the
 commands a test drives it with (the CLI, the ledger, the supervisor's poll that finds the host
 gone). The trainer itself is the e2e test's business: the worker has no monitor queue."""
 
@@ -92,15 +92,13 @@ class Fleet:
 
 
 @contextmanager
-def recovery_fleet(th_env: dict[str, str], tmp_path: Path, trace_hosts: list[dict[str, Any]], *,
-                   name: str, scale: float, standby_hosts: int) -> Iterator[Fleet]:
-    """Serve the trace, start a worker, submit the job; stop everything on the way out."""
-    trace = tmp_path / "trace.json"
-    trace.write_text(json.dumps({"format": "tuneharness-market-trace/1", "name": name,
-                                 "workload": {"image_gb": 2, "model_gb": 1}, "hosts": trace_hosts}))
+def sim_fleet(th_env: dict[str, str], tmp_path: Path, *, trace: str, scale: float, name: str,
+              job_text: str) -> Iterator[Fleet]:
+    """`sim serve` on `trace` (a file or a shipped trace's name), a worker on the provision, ssh
+    and maintenance queues, and `job_text` submitted; everything stopped on the way out."""
     url_file = tmp_path / "sim-url"
     server = subprocess.Popen(
-        [sys.executable, "-m", "app.cli.main", "sim", "serve", "--trace", str(trace), "--scale", str(scale),
+        [sys.executable, "-m", "app.cli.main", "sim", "serve", "--trace", trace, "--scale", str(scale),
          "--root", str(tmp_path / "sim"), "--url-file", str(url_file)],
         cwd=ROOT, env=th_env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )
@@ -109,10 +107,11 @@ def recovery_fleet(th_env: dict[str, str], tmp_path: Path, trace_hosts: list[dic
         assert wait_until(lambda: url_file.exists() or server.poll() is not None, timeout_s=60)
         assert server.poll() is None
         env = {**th_env, "TUNEHARNESS_SIM_URL": url_file.read_text().strip()}
+        # No monitor queue: the trainer is the e2e tests' business.
         worker = CeleryWorker.start(env, cwd=ROOT, concurrency=2, name=name, queues="provision,ssh,maintenance")
         (tmp_path / "model").mkdir()
         (tmp_path / "train.jsonl").write_text('{"prompt": "a", "completion": "b"}\n')
-        (tmp_path / "job.yaml").write_text(job_yaml(f"{name}-job", standby_hosts))
+        (tmp_path / "job.yaml").write_text(job_text)
         fleet = Fleet(env=env, worker=worker)
         out = fleet.cli("submit", str(tmp_path / "job.yaml"))
         assert out.returncode == 0, out.stderr
@@ -123,3 +122,15 @@ def recovery_fleet(th_env: dict[str, str], tmp_path: Path, trace_hosts: list[dic
             worker.stop()
         server.send_signal(signal.SIGTERM)
         server.wait(timeout=30)
+
+
+@contextmanager
+def recovery_fleet(th_env: dict[str, str], tmp_path: Path, trace_hosts: list[dict[str, Any]], *,
+                   name: str, scale: float, standby_hosts: int) -> Iterator[Fleet]:
+    """Serve a trace of `trace_hosts`, start a worker, submit the job (`sim_fleet`)."""
+    trace = tmp_path / "trace.json"
+    trace.write_text(json.dumps({"format": "tuneharness-market-trace/1", "name": name,
+                                 "workload": {"image_gb": 2, "model_gb": 1}, "hosts": trace_hosts}))
+    with sim_fleet(th_env, tmp_path, trace=str(trace), scale=scale, name=name,
+                   job_text=job_yaml(f"{name}-job", standby_hosts)) as fleet:
+        yield fleet

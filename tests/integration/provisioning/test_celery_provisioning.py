@@ -4,15 +4,12 @@ hosts are caught and the job lands on the healthy one, every decision in the led
 from __future__ import annotations
 
 import json
-import signal
-import subprocess
-import sys
 from pathlib import Path
 
 from tests.support.jobfiles import train_section
-from tests.support.services import CeleryWorker, wait_until
+from tests.support.recovery_fleet import sim_fleet
+from tests.support.services import wait_until
 
-ROOT = Path(__file__).resolve().parents[3]
 SCALE = 10.0  # the smoke trace's 60 s pull takes 6 wall seconds
 
 JOB = "name: smoke-job\n" + train_section("none") + """\
@@ -30,43 +27,16 @@ def test_frozen_fatal_and_stale_hosts_are_caught_and_the_job_lands_on_the_health
     th_env: dict[str, str], tmp_path: Path,
 ) -> None:
     """submit -> provision -> watch_boot -> preflight over SSH: three duds destroyed and quarantined, one hand-over."""
-    url_file = tmp_path / "sim-url"
-    server = subprocess.Popen(
-        [sys.executable, "-m", "app.cli.main", "sim", "serve", "--trace", "smoke", "--scale", str(SCALE),
-         "--root", str(tmp_path / "sim"), "--url-file", str(url_file)],
-        cwd=ROOT, env=th_env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )
-    worker = None
-    try:
-        assert wait_until(lambda: url_file.exists() or server.poll() is not None, timeout_s=60)
-        assert server.poll() is None
-        env = {**th_env, "TUNEHARNESS_SIM_URL": url_file.read_text().strip()}
-        # No monitor queue: this test ends at the hand-over (the supervisor's e2e test goes on from there).
-        worker = CeleryWorker.start(env, cwd=ROOT, concurrency=2, name="prov", queues="provision,ssh,maintenance")
-        (tmp_path / "model").mkdir()
-        (tmp_path / "train.jsonl").write_text('{"prompt": "a", "completion": "b"}\n')
-        (tmp_path / "job.yaml").write_text(JOB)
-
-        def cli(*args: str) -> subprocess.CompletedProcess[str]:
-            return subprocess.run([sys.executable, "-m", "app.cli.main", *args], cwd=ROOT, env=env,
-                                  capture_output=True, text=True, timeout=120, check=False)
-
-        out = cli("submit", str(tmp_path / "job.yaml"))
-        assert out.returncode == 0, out.stderr
-        job_id = out.stdout.strip()
-
-        def phase() -> str:
-            jobs = json.loads(cli("jobs", "--json").stdout)
-            return str(jobs[0]["phase"])
+    with sim_fleet(th_env, tmp_path, trace="smoke", scale=SCALE, name="prov", job_text=JOB) as fleet:
+        cli = fleet.cli
 
         def settled() -> bool:
-            return phase() in ("training", "failed")
+            return fleet.phase() in ("training", "failed")
 
-        assert wait_until(settled, timeout_s=240, interval_s=2.0), (
-            worker.log.read_text(errors="replace")[-3000:])
-        assert phase() == "training", worker.log.read_text(errors="replace")[-4000:]
+        assert wait_until(settled, timeout_s=240, interval_s=2.0), fleet.log()
+        assert fleet.phase() == "training", fleet.log()
 
-        rows = json.loads(cli("ledger", "show", "--json", "--job", job_id).stdout)
+        rows = json.loads(cli("ledger", "show", "--json", "--job", fleet.job_id).stdout)
         destroyed = {r["machine"]: r for r in rows if r["kind"] == "instance_destroyed"}
         assert set(destroyed) == {"m-frozen", "m-fatal", "m-stale"}
         failed = {r["machine"]: r["reason"] for r in rows if r["kind"] == "host_failed"}
@@ -77,8 +47,3 @@ def test_frozen_fatal_and_stale_hosts_are_caught_and_the_job_lands_on_the_health
         hosts = {h["machine_id"]: h for h in json.loads(cli("hosts", "--json").stdout)}
         assert all(hosts[m]["quarantined"] for m in ("m-frozen", "m-fatal", "m-stale"))
         assert hosts["m-good"]["preflight_passed"] == 1 and not hosts["m-good"]["quarantined"]
-    finally:
-        if worker is not None:
-            worker.stop()
-        server.send_signal(signal.SIGTERM)
-        server.wait(timeout=30)
