@@ -3,7 +3,7 @@ spells out only what it is about (its needs, budget, gate)."""
 
 from __future__ import annotations
 
-__all__ = ["train_section"]
+__all__ = ["sim_needs_section", "train_section"]
 
 
 def train_section(quantization: str = "none") -> str:
@@ -21,4 +21,18 @@ train:
   max_seq_len: 64
   lora: {{r: 8, alpha: 16, target_modules: [q_proj, v_proj]}}
   quantization: {quantization}
+"""
+
+
+def sim_needs_section(*, standby_hosts: int | None = None) -> str:
+    """The `needs:` block and budget of a job on the simulated marketplace's RTX 3090 hosts."""
+    standby = f"  standby_hosts: {standby_hosts}\n" if standby_hosts is not None else ""
+    return f"""\
+needs:
+  gpu: [RTX 3090]
+  providers: [sim]
+  disk_gb: 20
+  download_gb: 3
+  train_hours: 0.05
+{standby}budget_usd: 5.0
 """

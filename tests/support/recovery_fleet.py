@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tests.support.jobfiles import train_section
+from tests.support.jobfiles import sim_needs_section, train_section
 from tests.support.services import CeleryWorker, wait_until
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -24,16 +24,7 @@ OFFER = {"gpu_name": "RTX 3090", "num_gpus": 1, "gpu_ram_gb": 24, "inet_down_mbp
 TRUTH = {"pull_mbps": 400, "status_every_s": 10}
 
 def job_yaml(name: str, standby_hosts: int) -> str:
-    return f"name: {name}\n{train_section('none')}" + f"""\
-needs:
-  gpu: [RTX 3090]
-  providers: [sim]
-  disk_gb: 20
-  download_gb: 3
-  train_hours: 0.05
-  standby_hosts: {standby_hosts}
-budget_usd: 5.0
-"""
+    return f"name: {name}\n{train_section('none')}" + sim_needs_section(standby_hosts=standby_hosts)
 
 # What `monitor_training` does on the poll that finds the host gone: the supervisor's own poll
 # (provider says gone -> host_lost -> the state machine re-queues) and the shell's scheduling

@@ -6,21 +6,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tests.support.jobfiles import train_section
+from tests.support.jobfiles import sim_needs_section, train_section
 from tests.support.recovery_fleet import sim_fleet
 from tests.support.services import wait_until
 
 SCALE = 10.0  # the smoke trace's 60 s pull takes 6 wall seconds
 
-JOB = "name: smoke-job\n" + train_section("none") + """\
-needs:
-  gpu: [RTX 3090]
-  providers: [sim]
-  disk_gb: 20
-  download_gb: 3
-  train_hours: 0.05
-budget_usd: 5.0
-"""
+JOB = "name: smoke-job\n" + train_section("none") + sim_needs_section()
 
 
 def test_frozen_fatal_and_stale_hosts_are_caught_and_the_job_lands_on_the_healthy_one(
