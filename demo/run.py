@@ -341,6 +341,28 @@ def ledger_integrity() -> None:
     sh("ledger", "verify", check=False, extra_env={"TUNEHARNESS_DB_URL": f"sqlite:///{tampered}"})
 
 
+def triage_real_logs() -> None:
+    section("9. train.log triage on real logs from public issue threads: rules, then the promoted specialist")
+    import json
+
+    from app.triage.corpus import real_rows
+    from app.triage.rules import STATES
+
+    rows = real_rows("test4")  # the latest batch's test half: never tuned on, never trained on
+    picked = [next(r for r in rows if r["state"] == state) for state in STATES if any(r["state"] == state for r in rows)]
+    path = DEMO / "triage.jsonl"
+    path.write_text("".join(json.dumps({"id": r["id"], "log": r["log"], "idle_seconds": r["idle_seconds"]}) + "\n"
+                            for r in picked))
+    out = sh("triage", "--jsonl", str(path), show=False)
+    table = Table("excerpt", "the thread's own label", "chain", "stage", "what the supervisor does")
+    for r, line in zip(picked, out.stdout.splitlines(), strict=True):
+        got = json.loads(line)
+        mark = "" if got["state"] == r["state"] else " [red](miss)[/]"
+        table.add_row(r["id"], r["state"], got["state"] + mark, got["stage"], got["action"])
+    console.print(table)
+    console.print("all 141 real test excerpts: `python bench/triage_real.py` (chain 130/141 at this commit)")
+
+
 def main() -> None:
     if DEMO.exists():
         shutil.rmtree(DEMO)
@@ -351,6 +373,7 @@ def main() -> None:
     fleet_and_job()
     money_guardrails()
     ledger_integrity()
+    triage_real_logs()
     console.print()
     console.print(Rule("[bold green]demo finished"))
 
