@@ -92,6 +92,7 @@ class Sshd:
         self.host_key_path = self.root / "ssh_host_ed25519_key"
         self.config_path = self.root / "sshd_config"
         self.pid_path = self.root / "sshd.pid"
+        self.home = self.root / "home"
         self._proc: subprocess.Popen[bytes] | None = None
         self._log: deque[str] = deque(maxlen=200)
         self._listening = threading.Event()
@@ -112,6 +113,7 @@ class Sshd:
 
     def _prepare(self) -> None:
         self.root.mkdir(parents=True, exist_ok=True)
+        self.home.mkdir(exist_ok=True)
         Path("/run/sshd").mkdir(parents=True, exist_ok=True)  # privilege-separation directory
         if not self.host_key_path.exists():
             key = Ed25519PrivateKey.generate()
@@ -139,6 +141,10 @@ class Sshd:
             "PrintMotd no",
             "PrintLastLog no",
             "UseDNS no",
+            # A home of the host's own: sshd runs every command through root's login shell, and bash
+            # sources ~/.bashrc for ssh commands. The renter machine's dotfiles (pyenv's rehash lock
+            # there waits 60 s once a killed session leaves it stale) have no business on a sim host.
+            f"SetEnv HOME={self.home}",
             "MaxStartups 64:30:128",
             "MaxSessions 32",
             "LogLevel INFO",

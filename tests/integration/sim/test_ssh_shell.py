@@ -41,6 +41,21 @@ def test_run_put_get_listdir_in_the_sandbox(tmp_path: Path, sshd_factory: SshdFa
         assert (len(big.stdout), len(big.stderr)) == (300000, 200000)
 
 
+def test_sessions_get_the_hosts_own_home_not_the_renters_dotfiles(tmp_path: Path, sshd_factory: SshdFactory) -> None:  # noqa: F811
+    """bash sources ~/.bashrc for every ssh command: a sim host's HOME is its own directory, so the
+    renter machine's rc files (a stale pyenv rehash lock there cost 60 s per session in CI) never run."""
+    keys = generate_keypair(tmp_path / "keys")
+    sandbox = tmp_path / "sandbox"
+    sandbox.mkdir()
+    for server in (sshd_factory(keys.public_key), sshd_factory(keys.public_key, workdir=sandbox, env={"A": "1"})):
+        home = server.sshd.home
+        (home / ".bashrc").write_text("echo sourced-host-rc >&2\n", encoding="utf-8")
+        with SSHHostShell(server.endpoint, keys.private_key_path) as shell:
+            r = shell.run('echo "$HOME"')
+        assert (r.stdout.strip(), r.stderr.strip()) == (str(home), "sourced-host-rc")
+        assert home != Path.home()
+
+
 def test_command_timeout_and_refused_connection(tmp_path: Path, sshd_factory: SshdFactory) -> None:  # noqa: F811
     """A command past its timeout raises CommandTimedOut; a stopped sshd raises HostUnreachable."""
     keys = generate_keypair(tmp_path / "keys")
