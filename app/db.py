@@ -31,7 +31,7 @@ __all__ = [
 ]
 
 # Modules that define SQLModel tables; init_db imports them so create_all sees every table.
-TABLE_MODULES = ["app.ledger", "app.budget", "app.liveness", "app.rentals", "app.alerts", "app.services.guardrails", "app.reputation", "app.jobs", "app.services.provisioning", "app.services.supervisor"]
+TABLE_MODULES = ["app.ledger", "app.budget", "app.liveness", "app.rentals", "app.alerts", "app.services.guardrails", "app.reputation", "app.jobs", "app.services.provisioning", "app.services.leases", "app.services.supervisor"]
 
 SQLITE_BUSY_TIMEOUT_MS = 60_000
 

@@ -46,7 +46,7 @@ from sqlalchemy import Engine, select, text
 from sqlmodel import Field, SQLModel
 
 from app.db import advisory_key, is_postgres, read_connection, write_transaction
-from app.errors import BudgetExceeded
+from app.errors import BudgetExceeded, TuneharnessError
 from app.ledger import Event, Ledger
 from app.market import LaunchSpec, Market, MarketError, OfferGone, OfferQuery
 from app.policy.codec import dump_job, load_job
@@ -73,6 +73,7 @@ from app.policy.provisioning import (
     StartTraining,
     Stop,
     Tick,
+    TrainerStatus,
     WakeAt,
     WantStandby,
     decide,
@@ -84,9 +85,10 @@ from app.policy.ranking import JobShape, Requirements, attempt_cost_usd
 from app.ports import Clock
 from app.rentals import Rental, Rentals
 from app.reputation import ReputationStore
+from app.services.leases import StepLeases
 from app.services.pool import STANDBY_ATTEMPT_BASE, Held, Pool
 
-__all__ = ["HoldSweep", "ProvisioningService", "ProvisioningStateRow", "Step"]
+__all__ = ["HoldSweep", "ProvisioningService", "ProvisioningStateRow", "Step", "StepBusy"]
 
 PreflightRunner = Callable[[Market, str, str], PreflightResult]  # (market, job id, instance id)
 
@@ -123,6 +125,21 @@ class Step:
     standby: bool = False  # a standby job: not in the job table, nothing to hand over
     spawned: tuple[str, ...] = ()  # standby jobs started by this step: step each one now
     also: tuple[Step, ...] = ()  # other jobs this step moved (a recovery adopting a standby host)
+
+
+class StepBusy(TuneharnessError):
+    """Another step of the job held its step lease for longer than the wait: nothing was applied."""
+
+
+_BUSY_RETRY_S = 5.0
+
+
+def _same_situation(loaded: JobState, now: JobState) -> bool:
+    """Whether an observation made against `loaded` still applies to the job as it is `now`."""
+    def where(j: JobState) -> tuple[Any, ...]:
+        return (j.phase, j.attempt.instance_id if j.attempt else None, j.lost_at, j.standby)
+
+    return where(loaded) == where(now)
 
 
 class _StepYields(Exception):
@@ -182,6 +199,7 @@ class ProvisioningService:
         self.rentals = Rentals(engine, ledger=self.ledger)
         self.reputation = ReputationStore(engine)
         self.pool = Pool(engine)
+        self.leases = StepLeases(engine)
 
     # -- state ------------------------------------------------------------------------------
     def state(self, job_id: str) -> tuple[JobState, int] | None:
@@ -302,17 +320,56 @@ class ProvisioningService:
         loaded = self.state(job_id)
         if loaded is None:
             return Step(job_id, "unknown")
-        job, version = loaded
-        job, actions = stop_job(job, reason=reason, evidence=evidence)
-        ctx = _Ctx()
-        for act in actions:
-            self._apply(job, act, ctx)
-        self._save(job, version, None)
+        with self.leases.held(job_id) as held:
+            if not held:
+                raise StepBusy(f"job {job_id}: another provisioning step still holds it; try again")
+            loaded = self.state(job_id)  # as it is now, under the lease
+            if loaded is None:
+                return Step(job_id, "unknown")
+            job, version = loaded
+            job, actions = stop_job(job, reason=reason, evidence=evidence)
+            ctx = _Ctx()
+            for act in actions:
+                self._apply(job, act, ctx)
+            self._save(job, version, None)
         self.release_pool(job_id, reason=f"job stopped: {reason}")
         return Step(job.job_id, job.phase, failure=job.failure)
 
     # -- the loop -----------------------------------------------------------------------------
     def _run(self, job: JobState, version: int, first: Observation) -> Step:
+        """Decide on `first` (and what applying it observes) and apply it, holding the job's step
+        lease from the re-read of its state to the save; then what the save unlocks (standby
+        top-up, pool release, offers to recoveries), which steps other jobs under their own leases."""
+        with self.leases.held(job.job_id) as held:
+            if not held:
+                return self._busy(job, first)
+            current = self.state(job.job_id)
+            if current is None:
+                return Step(job.job_id, "unknown")
+            if current[1] != version:
+                # Another step saved since this one loaded. Its observation still holds if the job
+                # is where it was (same phase, attempt and loss): decide on the state as it is now.
+                # Otherwise that step has moved the job on and scheduled what comes next.
+                if not _same_situation(job, current[0]):
+                    return Step(job.job_id, current[0].phase, standby=current[0].standby)
+                job, version = current
+            applied = self._apply_and_save(job, version, first)
+        if isinstance(applied, Step):
+            return applied
+        job, wake_at, preflight_instance, handed_over, ctx = applied
+        if handed_over is not None and not job.standby:
+            ctx.spawned += self._top_up(job.job_id)
+        if ctx.ended and not job.standby:
+            self.release_pool(job.job_id, reason=f"job {job.phase}")
+        for owner in dict.fromkeys(ctx.holds):
+            ctx.also += self._offer_to_recovery(owner)
+        return Step(job.job_id, job.phase, wake_at=wake_at, preflight_instance=preflight_instance,
+                    handed_over=handed_over, failure=job.failure, standby=job.standby,
+                    spawned=tuple(ctx.spawned), also=tuple(ctx.also))
+
+    def _apply_and_save(
+        self, job: JobState, version: int, first: Observation
+    ) -> Step | tuple[JobState, float | None, str | None, str | None, _Ctx]:
         pending: list[Observation] = [first]
         wake_at: float | None = None
         preflight_instance: str | None = None
@@ -344,15 +401,20 @@ class ProvisioningService:
                                      reason="state moved by another task; this step's state discarded",
                                      payload={"provisioning_job": job.job_id}))
             return Step(job.job_id, job.phase, standby=job.standby)
-        if handed_over is not None and not job.standby:
-            ctx.spawned += self._top_up(job.job_id)
-        if ctx.ended and not job.standby:
-            self.release_pool(job.job_id, reason=f"job {job.phase}")
-        for owner in dict.fromkeys(ctx.holds):
-            ctx.also += self._offer_to_recovery(owner)
-        return Step(job.job_id, job.phase, wake_at=wake_at, preflight_instance=preflight_instance,
-                    handed_over=handed_over, failure=job.failure, standby=job.standby,
-                    spawned=tuple(ctx.spawned), also=tuple(ctx.also))
+        return job, wake_at, preflight_instance, handed_over, ctx
+
+    def _busy(self, job: JobState, first: Observation) -> Step:
+        """Another step held the job's lease past the wait (a stuck provider call, or a holder that
+        died and whose lease has not expired yet): apply nothing, come back. A supervisor's
+        observation is not dropped silently: it raises, and the monitor chain retries."""
+        self.ledger.append(Event(kind="step_busy", job=self.owner_of(job.job_id),
+                                 reason=f"another step of this job held its lease for over {self.leases.wait_s:.0f} s",
+                                 payload={"provisioning_job": job.job_id, "observation": type(first).__name__}))
+        if isinstance(first, TrainerStatus):
+            raise StepBusy(f"job {job.job_id}: another provisioning step still holds it; try again")
+        if isinstance(first, PreflightResult) and job.attempt is not None:
+            return Step(job.job_id, job.phase, preflight_instance=job.attempt.instance_id, standby=job.standby)
+        return Step(job.job_id, job.phase, wake_at=self.clock.now() + _BUSY_RETRY_S, standby=job.standby)
 
     def _view(self, job: JobState) -> MarketView:
         offers = []

@@ -78,7 +78,8 @@ def test_three_duds_are_caught_and_the_job_lands_on_the_healthy_host(tmp_path: P
 
 
 def test_a_redelivered_step_changes_nothing_twice(tmp_path: Path) -> None:
-    """The same queued step run twice from the same state (a redelivered task) creates one instance."""
+    """The same queued step run twice from the same state (a redelivered task) creates one instance:
+    the second re-reads the state under the job's step lease, finds it moved on, and applies nothing."""
     from app.policy.provisioning import MarketView, Tick, new_job
 
     h = Harness(tmp_path)
@@ -89,7 +90,49 @@ def test_a_redelivered_step_changes_nothing_twice(tmp_path: Path) -> None:
     second = h.svc._run(job, 1, Tick(view))
     assert first.phase == second.phase == "booting"
     assert len(h.market.referee.instance_ids()) == 1
-    assert any(r.kind == "provisioning_conflict" for r in Ledger(h.engine).rows(job="job-1"))
+    kinds = [r.kind for r in Ledger(h.engine).rows(job="job-1")]
+    assert kinds.count("instance_created") == 1 and "provisioning_conflict" not in kinds
+
+
+def test_two_steps_of_a_queued_job_at_once_rent_one_host(tmp_path: Path) -> None:
+    """Two tasks step the same queued job at the same moment (a boot watcher and a redelivery):
+    the second waits on the job's step lease while the first is inside the provider's create, then
+    finds the job booting and applies nothing. One rental, one instance, no conflict to clean up."""
+    import threading
+
+    from app.policy.provisioning import new_job
+
+    h = Harness(tmp_path)
+    assert h.svc._save(new_job("job-1", req=Requirements(), shape=SHAPE), 0, h.clock.now())
+    inside, go_on = threading.Event(), threading.Event()
+    real_create = h.market.create
+    calls: list[str] = []
+
+    def slow_create(offer: object, spec: LaunchSpec) -> str:
+        calls.append(threading.current_thread().name)
+        if len(calls) == 1:
+            inside.set()
+            assert go_on.wait(10)
+        return real_create(offer, spec)  # type: ignore[arg-type]
+
+    h.market.create = slow_create  # type: ignore[method-assign]
+    steps: dict[str, Step] = {}
+    first = threading.Thread(target=lambda: steps.__setitem__("first", h.svc.step("job-1")), name="first")
+    second = threading.Thread(target=lambda: steps.__setitem__("second", h.svc.step("job-1")), name="second")
+    first.start()
+    assert inside.wait(10)
+    second.start()
+    second.join(0.5)
+    assert second.is_alive() and h.svc.leases.holder("job-1") is not None  # waiting on the lease
+    go_on.set()
+    first.join(10)
+    second.join(10)
+    assert calls == ["first"]
+    assert steps["first"].phase == steps["second"].phase == "booting"
+    assert len(h.market.referee.instance_ids()) == 1
+    kinds = [r.kind for r in Ledger(h.engine).rows(job="job-1")]
+    assert kinds.count("instance_created") == 1 and "provisioning_conflict" not in kinds
+    assert h.svc.leases.holder("job-1") is None
 
 
 def test_budget_refusal_creates_nothing(tmp_path: Path) -> None:

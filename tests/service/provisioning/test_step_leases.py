@@ -1,0 +1,96 @@
+"""The per-job step lease (`app.services.leases`) on a real SQLite database, and what a step does
+when another step of its job holds the lease for too long."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from app.db import init_db, make_engine
+from app.ledger import Ledger
+from app.market import LaunchSpec, OfferQuery
+from app.policy.provisioning import MarketView, Tick, TrainerStatus, new_job
+from app.policy.ranking import JobShape, Requirements
+from app.services.leases import StepLeases
+from app.services.provisioning import ProvisioningService, StepBusy
+from providers.sim.clock import VirtualClock
+from providers.sim.market import SimMarket
+from providers.sim.trace import load_trace
+
+
+class Wall:
+    """A wall clock the test moves; `sleep` moves it too, so waiting costs no real time."""
+
+    def __init__(self) -> None:
+        self.t = 1_000.0
+
+    def now(self) -> float:
+        return self.t
+
+    def sleep(self, s: float) -> None:
+        self.t += s
+
+
+def _leases(tmp: Path, **kw: float) -> tuple[StepLeases, Wall]:
+    engine = make_engine(f"sqlite:///{tmp / 'th.db'}")
+    init_db(engine)
+    wall = Wall()
+    return StepLeases(engine, now=wall.now, sleep=wall.sleep, **kw), wall
+
+
+def test_one_holder_at_a_time_until_release_or_expiry(tmp_path: Path) -> None:
+    leases, wall = _leases(tmp_path, ttl_s=60.0)
+    a = leases.try_acquire("job-1")
+    assert a is not None and leases.holder("job-1") == a
+    assert leases.try_acquire("job-1") is None
+    assert leases.try_acquire("job-2") is not None  # other jobs are not held up
+    leases.release("job-1", a)
+    b = leases.try_acquire("job-1")
+    assert b is not None and b != a
+    wall.t += 61.0  # b's holder died inside its step: the lease expires
+    c = leases.try_acquire("job-1")
+    assert c is not None
+    leases.release("job-1", b)  # the late holder's release must not free the new holder's lease
+    assert leases.holder("job-1") == c
+
+
+def test_held_waits_then_gives_up_and_is_reentrant_in_one_thread(tmp_path: Path) -> None:
+    leases, wall = _leases(tmp_path, ttl_s=600.0, wait_s=5.0)
+    other = leases.try_acquire("job-1")
+    assert other is not None
+    start = wall.t
+    with leases.held("job-1") as held:
+        assert held is False
+    assert wall.t - start >= 5.0
+    leases.release("job-1", other)
+    with leases.held("job-1") as held:
+        assert held is True
+        with leases.held("job-1") as again:  # the same thread: no wait for itself
+            assert again is True
+        assert leases.holder("job-1") is not None
+    assert leases.holder("job-1") is None
+
+
+def test_a_step_that_cannot_get_its_lease_applies_nothing_and_comes_back(tmp_path: Path) -> None:
+    engine = make_engine(f"sqlite:///{tmp_path / 'th.db'}")
+    init_db(engine)
+    clock = VirtualClock()
+    market = SimMarket(load_trace("smoke"), clock)
+    svc = ProvisioningService(
+        engine, market_for=lambda _name: market, clock=clock, run_preflight=lambda *a: None,  # type: ignore[arg-type,return-value]
+        launch_spec_for=lambda _job: LaunchSpec(image="img", disk_gb=20, label="", ssh_public_key="ssh-ed25519 k"),
+    )
+    svc.leases.wait_s = 0.05
+    job = new_job("job-1", req=Requirements(), shape=JobShape(download_gb=3.0, train_s=120.0, disk_gb=20.0))
+    assert svc._save(job, 0, clock.now())
+    assert svc.leases.try_acquire("job-1") is not None  # a stuck step of the same job
+    step = svc._run(job, 1, Tick(MarketView(offers=tuple(market.search_offers(OfferQuery())))))
+    assert step.phase == "queued" and step.wake_at is not None and step.wake_at > clock.now()
+    assert market.referee.instance_ids() == []
+    assert [r.kind for r in Ledger(engine).rows(job="job-1")] == ["step_busy"]
+    with pytest.raises(StepBusy, match="another provisioning step"):
+        svc.observe("job-1", TrainerStatus(instance=None, phase=None, work_s=0.0, checkpoint_work_s=0.0,  # type: ignore[arg-type]
+                                           heartbeat_at=clock.now()))
+    state = svc.state("job-1")
+    assert state is not None and state[1] == 1  # nothing saved
