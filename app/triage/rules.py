@@ -80,6 +80,7 @@ DEFAULT_TAIL_BYTES = 32 * 1024
 DEFAULT_MAX_CHARS = 32 * 1024
 DEFAULT_STALL_AFTER_S = 900.0
 _EVIDENCE_CHARS = 240
+_SUMMARY_RULE = "run-summary"
 
 
 def action_for(state: str, evidence: tuple[str, ...] = ()) -> str:
@@ -306,7 +307,7 @@ _rule("distribution-nan", "diverged", 92, ("found invalid values",),
 _rule("megatron-nan-iters", "diverged", 85, "number of nan iterations",
       r"number of nan iterations:\s*(?P<n>\d+)", check=_nonzero, confidence=0.9)
 _rule("loss-exploded", "diverged", 90, ("explosion", "explod", "diverg"),
-      r"loss (?:is |has )?(?:exploding|exploded|diverg(?:ed|ing))|training diverged"
+      r"loss (?:is |has )?(?:probably )?(?:exploding|exploded|diverg(?:ed|ing))|training diverged"
       r"|gradient explosion|exploding gradients? detected")
 
 # --- cuda_fault: driver/runtime mismatch, no device, illegal access, Xid/ECC, NCCL errors ----
@@ -423,7 +424,7 @@ _rule("ckpt-save-failed", "io_error", 85, ("to save", "to write", "checkpoint sa
       r"(?:failed|unable|could not) to (?:save|write) (?:the )?(?:checkpoint|model|state|adapter)"
       r"|Error writing (?:\(tmp\) )?checkpoint"
       r"|checkpoint (?:save|write|upload) failed|Error saving checkpoint", confidence=0.9)
-_rule("network", "io_error", 90, ("name or service", "no route", "chunkedencoding", "protocolerror", "aiohttp", "connect", "payload", "commerror", "run initialization", "timed out", "timeout", "name resolution", "getaddrinfo", "max retries", "ssl", "unreachable", "resolve", "reset by peer", "incompleteread", "broken pipe"),
+_rule("network", "io_error", 90, ("name or service", "no route", "chunkedencoding", "protocolerror", "aiohttp", "connect", "payload", "commerror", "run initialization", "timed out", "timeout", "name resolution", "getaddrinfo", "max retries", "ssl", "unreachable", "resolve", "reset by peer", "incompleteread", "broken pipe", "read operation timed out"),
       r"(?<!Rendezvous)ConnectionError|ConnectTimeout|ConnectTimeoutError|ReadTimeout(?:Error)?|Read timed out"
       r"|Max retries exceeded|Failed to establish a new connection|Connection refused"
       r"|Connection (?:reset|aborted|broken)|reset by peer|IncompleteRead|RemoteDisconnected"
@@ -431,7 +432,8 @@ _rule("network", "io_error", 90, ("name or service", "no route", "chunkedencodin
       r"|Could not resolve host|Network is unreachable|No route to host|SSLError|SSL: CERTIFICATE"
       r"|ChunkedEncodingError|ProtocolError|httpx\.(?:ConnectError|ReadError|RemoteProtocolError)"
       r"|aiohttp\.client_exceptions|EndpointConnectionError|couldn't connect to 'https?://"
-      r"|Connection timed out|Response payload is not completed|CommError|Run initialization has timed out",
+      r"|Connection timed out|Response payload is not completed|CommError|Run initialization has timed out"
+      r"|The read operation timed out",
       soft=True, confidence=0.95)
 _rule("http-error", "io_error", 88, ("gated repo", "is restricted", "server error", "client error", "hfhubhttperror", "httperror", "too many requests", "gateway", "service unavailable", "gatedrepoerror", "unauthorized", "forbidden"),
       r"\b5\d\d Server Error|\b429 Client Error|Too Many Requests|HfHubHTTPError|\bHTTPError\b"
@@ -516,7 +518,7 @@ _rule("file-missing", "data_error", 70, ("isadirectoryerror", "notadirectoryerro
       r"FileNotFoundError|No such file or directory|\[Errno 2\]|IsADirectoryError|NotADirectoryError",
       soft=True, confidence=0.8)
 _rule("python-bug", "data_error", 40, ("error:", "exception:", "assertionerror"),
-      r"^\S*(?:KeyError|ValueError|TypeError|IndexError|AttributeError|AssertionError|NameError"
+      r"^[ \t]*\S*(?:KeyError|ValueError|TypeError|IndexError|AttributeError|AssertionError|NameError"
       r"|ZeroDivisionError|NotImplementedError|RecursionError|UnboundLocalError|LookupError)\b:?",
       confidence=0.8)
 
@@ -644,6 +646,10 @@ _rule("completed", "completed", 50,
       r"|\bProcess \d+ exits successfully"  # the DeepSpeed launcher, per process at the end
       r"|\bEarly stop(?:ping)? at epoch \d+|\bEarly stopping triggered|^Epoch \d+: early stopping\b",
       confidence=0.95)
+# A run's closing summary (detectron2's hooks, DSSTNE). detectron2 prints it in a `finally`, after
+# an exception too, so it is completion only with no terminal failure before it (`_decide`).
+_rule(_SUMMARY_RULE, "completed", 50, ("total training time",),
+      r"(?<!estimated )(?<!remaining )\bTotal training time\b", confidence=0.85)
 _rule("sem-completed", "completed", 50,
       ("done", "finish", "complete", "succeed", "success", "reached max", "exported", "stored", "written", "exit code 0"),
       r"(?:\b(?:training|fine-?tun(?:e|ing)|run|job|all (?:\d+ )?(?:steps|epochs|iterations))\b[^\n]{0,30}?"
@@ -670,6 +676,7 @@ _PROGRESS_ALTERNATIVES = (
     r"(?:\b|_|(?<=[a-z]))loss\s*[=:]\s*[-+\d.]|(?:\b|_)loss\s+\d+\.\d+",
     r"\bprogress:\s*\d+/\d+",  # mmf and other "progress: N/M" loggers
     r"^\|\s*\d+\s*\|\s*[-+\d.e]+\s*\|",  # unsloth / TRL step table
+    r"^\|\s*[\w/ ]{0,30}loss\s*\|\s*[-+]?\d[\d.]*(?:e[-+]?\d+)?\s*\|",  # key/value tables: stable-baselines, rl_games
     r"saving (?:model )?checkpoint to",
 )
 _PROGRESS = re.compile("|".join(_PROGRESS_ALTERNATIVES), re.IGNORECASE)
@@ -930,7 +937,8 @@ def _decide(
             hits = [h for h in hits if h.rule.name != "nan-grad-norm"]
     live = [h for h in hits if not (h.rule.soft and progress_pos > h.pos)]
     fatal = [h for h in live if h.rule.state != "completed" and h.rule.weight >= _FATAL_FLOOR]
-    done = [h for h in live if h.rule.state == "completed"]
+    done = [h for h in live if h.rule.state == "completed"
+            and not (h.rule.name == _SUMMARY_RULE and any(f.pos < h.pos for f in fatal))]
 
     def verdict(best: _Hit, confidence: float | None = None) -> Verdict:
         others = sorted(
@@ -1186,7 +1194,7 @@ def _is_progress(line: str) -> bool:
         return _PROGRESS.search(line) is not None
     low = line.lower()
     loss = "loss" in low
-    tqdm, hf, nano, megatron, step, epoch, bare_loss, progress, table, saving = _PROGRESS_PARTS
+    tqdm, hf, nano, megatron, step, epoch, bare_loss, progress, table, kv_table, saving = _PROGRESS_PARTS
     return bool(
         ("%|" in low and tqdm.search(line))
         or ((loss or "grad_norm" in low or "learning_rate" in low) and hf.search(line))
@@ -1197,6 +1205,7 @@ def _is_progress(line: str) -> bool:
         or (loss and bare_loss.search(line))
         or ("progress:" in low and progress.search(line))
         or (low.startswith("|") and table.search(line))
+        or (loss and low.startswith("|") and kv_table.search(line))
         or ("checkpoint to" in low and saving.search(line))
     )
 

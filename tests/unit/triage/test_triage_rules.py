@@ -250,3 +250,29 @@ def test_torchrun_rank_prefixes_do_not_hide_line_anchored_errors() -> None:
     assert v.guess == "data_error"
     assert v.evidence[0].startswith("TypeError")
     assert classify("[rank1]: torch.OutOfMemoryError: CUDA out of memory.\n").state == "oom"
+
+
+def test_a_closing_summary_is_completion_only_with_no_failure_before_it() -> None:
+    """detectron2 prints its summary in a `finally`: after an OOM it is not a completed run."""
+    summary = ("[06/09 11:05:25 d2.engine.hooks]: Overall training speed: 22 iterations in 0:01:02 (2.8448 s / it)\n"
+               "[06/09 11:05:25 d2.engine.hooks]: Total training time: 0:01:02 (0:00:00 on hooks)\n")
+    iters = "".join(f"[06/09 11:0{i}:00 d2.utils.events]:  iter: {i * 20}  total_loss: 0.{9 - i}  lr: 0.02\n"
+                    for i in range(5))
+    assert classify(iters + summary).state == "completed"
+    oom = ("ERROR [06/09 11:05:25 d2.engine.train_loop]: Exception during training:\nTraceback (most recent call last):\n"
+           "    losses.backward()\nRuntimeError: CUDA out of memory. Tried to allocate 1.71 GiB (GPU 0; 31.72 GiB total capacity)\n")
+    assert classify(iters + oom + summary).state == "oom"
+    assert classify(iters + "Estimated total training time: 3:10:00\n").state == "progressing"
+
+
+@pytest.mark.parametrize(
+    ("text", "state"),
+    [
+        ("|    loss                 | 0.214        |\n|    n_updates            | 40           |\n", "progressing"),
+        ("    KeyError: 'None is not in the dataset registry'\n", "data_error"),  # indented as posted
+        ("ssl.py, line 1130, in read\nTimeoutError: The read operation timed out\n", "io_error"),
+        ("scale reached (0.0001). Your loss is probably exploding. Try lowering the learning rate\n", "diverged"),
+    ],
+)
+def test_how_real_logs_print_these(text: str, state: str) -> None:
+    assert classify(text).state == state
