@@ -116,6 +116,8 @@ def render() -> str:
         "REAL excerpts, third batch, test3 split (never tuned on)": real_rows("test3"),
         "REAL excerpts, fourth batch (LLM fine-tuning 2024-25; vision, speech, RL, GNN), dev4 split (the rules were tuned on it)": real_rows("dev4"),
         "REAL excerpts, fourth batch, test4 split (never tuned on)": real_rows("test4"),
+        "REAL excerpts, fifth batch (every ecosystem, collected by state), dev5 split (the rules were tuned on it)": real_rows("dev5"),
+        "REAL excerpts, fifth batch, test5 split (never tuned on)": real_rows("test5"),
     }
     parts = [_MARK, "", "## Measured: rules stage (no model, no LLM)", "",
              "| slice | tails | accuracy | rules unsure |", "|---|---:|---:|---:|"]
