@@ -758,35 +758,39 @@ class ProvisioningService:
 
     def _offer_to_recovery(self, owner_id: str) -> list[Step]:
         """A standby host was just verified: a job recovering right now takes it. If its own
-        replacement is still booting, that attempt goes to a new standby job (`hand_over`)."""
-        loaded = self.state(owner_id)
-        if loaded is None:
-            return []
-        job, version = loaded
-        if job.lost_at is None or job.phase not in ("queued", "booting", "preflight"):
-            return []
+        replacement is still booting, that attempt goes to a new standby job (`hand_over`), under
+        the owner's step lease (so the owner's own preflight cannot pass that attempt meanwhile)."""
         out: list[Step] = []
-        if job.phase != "queued":
-            sj, _ = self.pool.new_standby(owner_id, purpose="hand_over",
-                                          key=f"{owner_id}:hand_over:{job.attempt.instance_id if job.attempt else ''}",
-                                          now=self.clock.now())
-            moved = hand_over(job, standby_id=sj.job_id)
-            if moved is None:
+        with self.leases.held(owner_id) as held:
+            if not held:
+                return []  # the owner is mid-step for long: its next tick adopts the held host itself
+            loaded = self.state(owner_id)
+            if loaded is None:
                 return []
-            back, standby = moved
-            # Both states in one transaction: the attempt is always in exactly one of them, even
-            # if the process dies here (a redelivered task finds the job as it was and, its
-            # standby job's key being the attempt's, hands over to the same standby job).
-            if not self._save_all([(back, version, self.clock.now()), (standby, 0, self.clock.now())]):
-                return []  # the job moved meanwhile (or the hand-over was done): its own step decides
-            att = standby.attempt
-            self.ledger.append(Event(kind="attempt_handed_over", job=owner_id,
-                                     instance=att.instance_id if att else None,
-                                     reason="a standby host was verified first; the recovery's own attempt goes on as standby",
-                                     payload={"standby_job": sj.job_id, "phase": standby.phase},
-                                     idempotency_key=f"{sj.job_id}:attempt_handed_over"))
-            out.append(Step(sj.job_id, standby.phase, wake_at=self.clock.now(), standby=True,
-                            preflight_instance=att.instance_id if att and standby.phase == "preflight" else None))
+            job, version = loaded
+            if job.lost_at is None or job.phase not in ("queued", "booting", "preflight"):
+                return []
+            if job.phase != "queued":
+                sj, _ = self.pool.new_standby(owner_id, purpose="hand_over",
+                                              key=f"{owner_id}:hand_over:{job.attempt.instance_id if job.attempt else ''}",
+                                              now=self.clock.now())
+                moved = hand_over(job, standby_id=sj.job_id)
+                if moved is None:
+                    return []
+                back, standby = moved
+                # Both states in one transaction: the attempt is always in exactly one of them, even
+                # if the process dies here (a redelivered task finds the job as it was and, its
+                # standby job's key being the attempt's, hands over to the same standby job).
+                if not self._save_all([(back, version, self.clock.now()), (standby, 0, self.clock.now())]):
+                    return []  # the job moved meanwhile (or the hand-over was done): its own step decides
+                att = standby.attempt
+                self.ledger.append(Event(kind="attempt_handed_over", job=owner_id,
+                                         instance=att.instance_id if att else None,
+                                         reason="a standby host was verified first; the recovery's own attempt goes on as standby",
+                                         payload={"standby_job": sj.job_id, "phase": standby.phase},
+                                         idempotency_key=f"{sj.job_id}:attempt_handed_over"))
+                out.append(Step(sj.job_id, standby.phase, wake_at=self.clock.now(), standby=True,
+                                preflight_instance=att.instance_id if att and standby.phase == "preflight" else None))
         out.append(self.step(owner_id))
         return out
 

@@ -575,3 +575,60 @@ def test_two_steps_of_one_recovery_at_once_adopt_one_host_between_them(tmp_path:
     state = f.svc.state("job-a")
     assert state is not None and state[0].phase == "training" and state[0].attempt is not None
     assert state[0].attempt.instance_id == first.handed_over
+
+
+def test_a_standby_host_verified_while_the_recoverys_own_host_passes_preflight_is_held_not_handed_over(
+        tmp_path: Path, monkeypatch: Any) -> None:
+    """Both hosts pass their preflights at the same instant (two Celery tasks): the recovering
+    job's own preflight step holds the job's step lease while it hands training over; the standby
+    job's offer waits for that lease, then finds the job training and leaves its host held. Before
+    the offer took the lease it handed the job's attempt to a standby job mid-step: the job's own
+    step then lost its save after marking that rental as having held work (a known limit)."""
+    f = Fleet(tmp_path)
+    f.train("job-a")
+    f.lose("job-a")
+    def preflights() -> dict[str, str]:
+        return {j: inst for j, (_, inst) in f.pending.items() if inst is not None}
+
+    for _ in range(100):  # Fleet.run, holding preflights back until job-a's and a standby's are due
+        ready = preflights()
+        if "job-a" in ready and len(ready) >= 2:
+            break
+        job_id, (at, _) = min(((j, v) for j, v in f.pending.items() if v[1] is None), key=lambda kv: (kv[1][0], kv[0]))
+        del f.pending[job_id]
+        f.clock.set(max(f.clock.now(), at))
+        f.schedule(f.svc.step(job_id))
+    own = f.pending.pop("job-a")[1]
+    standby_id, (_, standby_inst) = next((j, v) for j, v in f.pending.items() if v[1] is not None)
+    del f.pending[standby_id]
+    assert own is not None and standby_inst is not None
+
+    inside, go_on = threading.Event(), threading.Event()
+    real_start = f.svc._start_training
+
+    def slow_start(job: Any, act: Any) -> None:
+        if job.job_id == "job-a":
+            inside.set()
+            assert go_on.wait(10)
+        real_start(job, act)
+
+    monkeypatch.setattr(f.svc, "_start_training", slow_start)
+    steps: dict[str, Step] = {}
+    mine = threading.Thread(target=lambda: steps.__setitem__("own", f.svc.preflight("job-a", own)))
+    theirs = threading.Thread(target=lambda: steps.__setitem__("standby", f.svc.preflight(standby_id, standby_inst)))
+    mine.start()
+    assert inside.wait(10)
+    theirs.start()
+    theirs.join(1.0)
+    assert theirs.is_alive()  # its host is held; its offer waits for job-a's lease
+    go_on.set()
+    mine.join(10)
+    theirs.join(30)
+    assert steps["own"].handed_over == own
+    assert steps["standby"].also == ()
+    kinds = [r.kind for r in f.rows(job="job-a")]
+    assert "attempt_handed_over" not in kinds and "provisioning_conflict" not in kinds
+    assert [h.instance_id for h in f.svc.pool.held(owner="job-a") if h.standby] == [standby_inst]
+    state = f.svc.state("job-a")
+    assert state is not None and state[0].phase == "training" and state[0].attempt is not None
+    assert state[0].attempt.instance_id == own
