@@ -4,7 +4,8 @@
     .venv/bin/python bench/triage.py --chain    # + the whole chain without LLM, specialist loaded
 
 Rules: tails per second over the committed corpus (every split, tails as generated: mean ~1.2 KB),
-and the same rows as the chain reads them from a long log: healthy progress of the same framework
+over the real excerpts from public issue threads as posted (`app/triage/data/real/`, mean ~0.9 KB),
+and the corpus rows as the chain reads them from a long log: healthy progress of the same framework
 before each tail, cut to the last 8 KB and the last 32 KB (the default read). Process CPU time, so
 other load on the machine counts less against it (the load average is printed). Run it pinned to
 one core (`taskset -c 0`) on a quiet machine; the best of a few passes is reported.
@@ -32,7 +33,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from app.triage import rules
-from app.triage.corpus import DATA_DIR
+from app.triage.corpus import DATA_DIR, REAL_SPLITS, real_rows
 
 
 def _rows() -> list[dict]:
@@ -85,6 +86,10 @@ def bench_rules(rows: list[dict], *, repeats: int = 3, reference: bool = False) 
                  "mean_tail_kb": round(sum(len(r["log"]) for r in rows) / len(rows) / 1024, 2)}
     sample = rows[:: max(1, len(rows) // 800)]
     cases = [("", [r["log"] for r in rows], idles)]
+    real = [r for split in REAL_SPLITS for r in real_rows(split)]
+    out["real_excerpts"] = len(real)
+    out["real_mean_tail_kb"] = round(sum(len(r["log"]) for r in real) / len(real) / 1024, 2)
+    cases += [("_real", [r["log"] for r in real], [r.get("idle_seconds") for r in real])]
     cases += [(f"_{kb}kb", _padded(sample, kb), [r["idle_seconds"] for r in sample]) for kb in (8, 32)]
     for name, texts, tail_idles in cases:
         out[f"rules{name}_tails_per_s_one_core"] = round(_rate(texts, tail_idles, repeats))

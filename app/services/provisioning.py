@@ -406,7 +406,8 @@ class ProvisioningService:
     def _busy(self, job: JobState, first: Observation) -> Step:
         """Another step held the job's lease past the wait (a stuck provider call, or a holder that
         died and whose lease has not expired yet): apply nothing, come back. A supervisor's
-        observation is not dropped silently: it raises, and the monitor chain retries."""
+        observation is not dropped silently: it raises, which the supervisor's poll records before
+        polling again."""
         self.ledger.append(Event(kind="step_busy", job=self.owner_of(job.job_id),
                                  reason=f"another step of this job held its lease for over {self.leases.wait_s:.0f} s",
                                  payload={"provisioning_job": job.job_id, "observation": type(first).__name__}))
