@@ -404,6 +404,10 @@ _rule("rendezvous", "stalled", 91, ("diststoreerror", "rendezvous", "timed out",
 # when any peer fails, whatever the failure was.
 _rule("coordination-deadline", "stalled", 78, ("registertask", "barrier timed out"),
       r"DEADLINE_EXCEEDED: Barrier timed out|CoordinationService/RegisterTask", confidence=0.85)
+# Horovod's stall inspector, repeated while ranks wait on one that never submits (soft: training
+# that moves on after it was only slow).
+_rule("horovod-stall", "stalled", 80, ("waiting for remainder of ranks", "stalled ops"),
+      r"waiting for remainder of ranks for more than \d+ seconds|^Stalled ops:", soft=True, confidence=0.85)
 _rule("rendezvous-fail", "stalled", 75, ("rendezvous", "address already in use", "distnetworkerror", "keep-alive heartbeat"),
       r"RendezvousConnectionError|RendezvousClosedError|DistNetworkError|failed to send a keep-alive heartbeat"
       r"|failed to bind to .{0,40}Address already in use", confidence=0.85)
@@ -424,7 +428,7 @@ _rule("ckpt-save-failed", "io_error", 85, ("to save", "to write", "checkpoint sa
       r"(?:failed|unable|could not) to (?:save|write) (?:the )?(?:checkpoint|model|state|adapter)"
       r"|Error writing (?:\(tmp\) )?checkpoint"
       r"|checkpoint (?:save|write|upload) failed|Error saving checkpoint", confidence=0.9)
-_rule("network", "io_error", 90, ("name or service", "no route", "chunkedencoding", "protocolerror", "aiohttp", "connect", "payload", "commerror", "run initialization", "timed out", "timeout", "name resolution", "getaddrinfo", "max retries", "ssl", "unreachable", "resolve", "reset by peer", "incompleteread", "broken pipe", "read operation timed out"),
+_rule("network", "io_error", 90, ("name or service", "no route", "chunkedencoding", "protocolerror", "aiohttp", "connect", "payload", "commerror", "run initialization", "timed out", "timeout", "name resolution", "getaddrinfo", "max retries", "ssl", "unreachable", "resolve", "reset by peer", "incompleteread", "broken pipe", "read operation timed out", "error: timed out", "timeout: timed out"),
       r"(?<!Rendezvous)ConnectionError|ConnectTimeout|ConnectTimeoutError|ReadTimeout(?:Error)?|Read timed out"
       r"|Max retries exceeded|Failed to establish a new connection|Connection refused"
       r"|Connection (?:reset|aborted|broken)|reset by peer|IncompleteRead|RemoteDisconnected"
@@ -433,7 +437,7 @@ _rule("network", "io_error", 90, ("name or service", "no route", "chunkedencodin
       r"|ChunkedEncodingError|ProtocolError|httpx\.(?:ConnectError|ReadError|RemoteProtocolError)"
       r"|aiohttp\.client_exceptions|EndpointConnectionError|couldn't connect to 'https?://"
       r"|Connection timed out|Response payload is not completed|CommError|Run initialization has timed out"
-      r"|The read operation timed out",
+      r"|The read operation timed out|(?:TimeoutError|socket\.timeout): timed out$",
       soft=True, confidence=0.95)
 _rule("http-error", "io_error", 88, ("gated repo", "is restricted", "server error", "client error", "hfhubhttperror", "httperror", "too many requests", "gateway", "service unavailable", "gatedrepoerror", "unauthorized", "forbidden"),
       r"\b5\d\d Server Error|\b429 Client Error|Too Many Requests|HfHubHTTPError|\bHTTPError\b"
@@ -648,11 +652,14 @@ _rule("completed", "completed", 50,
       confidence=0.95)
 # A run's closing summary (detectron2's hooks, DSSTNE). detectron2 prints it in a `finally`, after
 # an exception too, so it is completion only with no terminal failure before it (`_decide`).
+# The whole run's bar (not an epoch's) at N/N: gaussian-splatting's "Training progress", ...
+_rule("run-bar-full", "completed", 50, ("training progress:", "training:"),
+      r"^Training(?: progress)?:\s*100%\|[^|\n]*\|\s*(\d+)/\1\b", confidence=0.85)
 _rule(_SUMMARY_RULE, "completed", 50, ("total training time",),
       r"(?<!estimated )(?<!remaining )\bTotal training time\b", confidence=0.85)
 _rule("sem-completed", "completed", 50,
       ("done", "finish", "complete", "succeed", "success", "reached max", "exported", "stored", "written", "exit code 0"),
-      r"(?:\b(?:training|fine-?tun(?:e|ing)|run|job|all (?:\d+ )?(?:steps|epochs|iterations))\b[^\n]{0,30}?"
+      r"(?:\b(?:training|fine-?tun(?:e|ing)|run|job|experiment|all (?:\d+ )?(?:steps|epochs|iterations))\b[^\n]{0,30}?"
       r"\b(?:done|finished|complete|completed|succeeded|successful(?:ly)?)\b"
       r"|\bsuccess(?:fully)?\b[^\n]{0,30}?\b(?:finished|completed|trained|done)\b"
       r"|reached max_?(?:steps|epochs|iters?)\b[^\n]{0,60}?\b(?:final|saving|writing|saved|ok|done)"
@@ -668,10 +675,10 @@ _GENERIC_WRAPPERS = re.compile(r"ChildFailedError|CalledProcessError|exitcode\s*
 
 _PROGRESS_ALTERNATIVES = (
     r"\d{1,3}%\|[^|\n]{0,80}\|\s*\d+/\d+ \[",  # tqdm
-    r"""[{,]\s*['"](?:loss|train_loss|grad_norm|learning_rate)['"]\s*:\s*[-+\d.e]+""",  # HF dicts
+    r"""[{,]\s*['"](?:loss|train_loss|grad_norm|learning_rate)['"]\s*:\s*['"]?[-+\d.e]+""",  # HF dicts, Paddle
     r"\biter(?:ation)?\s+\d+\s*(?:/\s*\d+)?\s*[:|,]?\s*(?:loss|train loss|lm loss)",  # nanoGPT
     r"\biteration\s+\d+\s*/\s*\d+\s*\|",  # Megatron
-    r"\bstep[=:\s]\s*\d+.{0,40}\b(?:loss|lr)\b",  # generic step lines, DeepSpeed
+    r"\b(?:step|iter)[=:\s]\s*\d+.{0,40}\b(?:loss|lr)\b",  # generic step/iter lines, DeepSpeed, Paddle
     r"\b(?:epoch|Epoch)\s*[:=]?\s*\d+.{0,60}\bloss\b",
     r"(?:\b|_|(?<=[a-z]))loss\s*[=:]\s*[-+\d.]|(?:\b|_)loss\s+\d+\.\d+",
     r"\bprogress:\s*\d+/\d+",  # mmf and other "progress: N/M" loggers
@@ -1200,7 +1207,7 @@ def _is_progress(line: str) -> bool:
         or ((loss or "grad_norm" in low or "learning_rate" in low) and hf.search(line))
         or (loss and "iter" in low and nano.search(line))
         or ("iteration" in low and megatron.search(line))
-        or ("step" in low and (loss or "lr" in low) and step.search(line))
+        or (("step" in low or "iter" in low) and (loss or "lr" in low) and step.search(line))
         or (loss and "epoch" in low and epoch.search(line))
         or (loss and bare_loss.search(line))
         or ("progress:" in low and progress.search(line))

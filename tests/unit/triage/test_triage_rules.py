@@ -272,6 +272,13 @@ def test_a_closing_summary_is_completion_only_with_no_failure_before_it() -> Non
         ("    KeyError: 'None is not in the dataset registry'\n", "data_error"),  # indented as posted
         ("ssl.py, line 1130, in read\nTimeoutError: The read operation timed out\n", "io_error"),
         ("scale reached (0.0001). Your loss is probably exploding. Try lowering the learning rate\n", "diverged"),
+        ("    sock.connect(sa)\nTimeoutError: timed out\n", "io_error"),
+        ("WARNING: One or more tensors were submitted to be reduced, gathered or broadcasted by subset of ranks and are"
+         " waiting for remainder of ranks for more than 60 seconds.\n", "stalled"),
+        ("2020-09-25 18:44:31,000-INFO: iter: 10, lr: 0.000040, 'loss': '43.708477', eta: 8:12:32\n", "progressing"),
+        ("Training progress: 100%|████████| 50000/50000 [1:10:02<00:00, 11.90it/s, Loss=0.0540809]\n\n"
+         "[ITER 50000] Saving Gaussians [31/08 23:48:12]\n", "completed"),
+        ("[2021-05-04 16:54:52,408 PID:3860 INFO logger.py info] Experiment done\n", "completed"),
     ],
 )
 def test_how_real_logs_print_these(text: str, state: str) -> None:
