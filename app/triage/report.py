@@ -118,6 +118,8 @@ def render() -> str:
         "REAL excerpts, fourth batch, test4 split (never tuned on)": real_rows("test4"),
         "REAL excerpts, fifth batch (every ecosystem, collected by state), dev5 split (the rules were tuned on it)": real_rows("dev5"),
         "REAL excerpts, fifth batch, test5 split (never tuned on)": real_rows("test5"),
+        "REAL excerpts, sixth batch (frameworks rarer in such threads: Horovod, Paddle, MindSpore, RLlib, ...), dev6 split (the rules were tuned on it)": real_rows("dev6"),
+        "REAL excerpts, sixth batch, test6 split (never tuned on)": real_rows("test6"),
     }
     parts = [_MARK, "", "## Measured: rules stage (no model, no LLM)", "",
              "| slice | tails | accuracy | rules unsure |", "|---|---:|---:|---:|"]
