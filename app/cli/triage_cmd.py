@@ -151,6 +151,8 @@ def train_specialist(
     reuse: Annotated[bool, typer.Option("--reuse", help="Keep seeds already trained in --out; re-evaluate only.")] = False,
     real_dev_weight: Annotated[int, typer.Option("--real-dev-weight", min=0,
                                                  help="Times each real dev excerpt joins the train split (0: generated only).")] = 0,
+    real_batches: Annotated[int | None, typer.Option("--real-batches", min=1,
+                                                     help="Train on the dev halves of the first N real batches only (default: all).")] = None,
     install: Annotated[bool, typer.Option("--install", help="Copy the best seed's adapter into the package if the gate promotes.")] = False,
 ) -> None:
     """Build the corpus, train the specialist with two seeds, evaluate, write and judge a gate trial."""
@@ -164,7 +166,7 @@ def train_specialist(
         raise UserError(f"--quantization {quantization!r}: use nf4 or none")
     plan = TrainingPlan(out_dir=out, seeds=tuple(seed_list), max_steps=max_steps, max_seq_len=max_seq_len,
                         quantization=quantization, corpus_seed=corpus_seed, learning_rate=learning_rate,
-                        reuse=reuse, real_dev_weight=real_dev_weight)
+                        reuse=reuse, real_dev_weight=real_dev_weight, real_batches=real_batches)
     summary = train_and_judge(plan, install=install, echo=typer.echo)
     typer.echo(json.dumps(summary, indent=2))
     raise typer.Exit(0 if summary.get("decision") == "promote" else 1)

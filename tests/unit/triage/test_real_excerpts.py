@@ -113,3 +113,5 @@ def test_the_gate_trial_holds_out_every_real_test_split_and_trains_only_on_dev_s
     trained = [r["id"] for r in train_rows(corpus, real_dev_weight=3)]
     assert sorted(trained) == sorted(dev_ids * 3)
     assert not test_ids & set(trained)
+    first_four = [r["id"] for dev, _ in REAL_BATCHES[:4] for r in _rows(dev)]
+    assert [r["id"] for r in train_rows(corpus, real_dev_weight=1, real_batches=4)] == first_four  # the shipped adapter's

@@ -1,0 +1,36 @@
+"""`train_and_judge` end to end with a real (one-step) training run: the shipped specialist is the
+incumbent of the trial, and a candidate the gate refuses is never installed."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from app.triage import training
+from app.triage.specialist import DEFAULT_ADAPTER_DIR, minilm_base_dir, promoted
+
+
+@pytest.mark.slow
+def test_a_weak_candidate_is_judged_against_the_shipped_incumbent_and_not_installed(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    if minilm_base_dir() is None or not promoted(DEFAULT_ADAPTER_DIR.parent):
+        pytest.skip("needs the MiniLM package and the promoted shipped specialist")
+    ship = tmp_path / "ship"
+    monkeypatch.setattr(training, "SHIP_DIR", ship)  # never touch the package's own adapter
+    plan = training.TrainingPlan(out_dir=tmp_path / "out", max_steps=1, max_seq_len=16, quantization="none",
+                                 learning_rate=1e-4)
+    lines: list[str] = []
+    summary = training.train_and_judge(plan, install=True, echo=lines.append)
+
+    trial = tmp_path / "out" / "trial"
+    assert (trial / "incumbent.jsonl").is_file()
+    assert summary["incumbent"]["heldout"] > summary["baseline"]["heldout"]
+    assert summary["decision"] == "refuse"
+    codes = {r["code"] for r in summary["reasons"]}
+    assert "below_incumbent" in codes
+    assert "installed" not in summary and not ship.exists()
+    assert any(line.startswith("not installed: the gate said refuse") for line in lines)
+    decision = json.loads((trial / "decision.json").read_text())
+    assert decision["scores"]["incumbent"] is not None
