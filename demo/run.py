@@ -345,22 +345,29 @@ def triage_real_logs() -> None:
     section("9. train.log triage on real logs from public issue threads: rules, then the promoted specialist")
     import json
 
-    from app.triage.corpus import real_rows
+    from app.triage.corpus import REAL_BATCHES, real_rows
     from app.triage.rules import STATES
 
-    rows = real_rows("test4")  # the latest batch's test half: never tuned on, never trained on
-    picked = [next(r for r in rows if r["state"] == state) for state in STATES if any(r["state"] == state for r in rows)]
+    # Every real test half (never tuned on, never trained on) in one `triage --jsonl` call (the
+    # model loads once); the table shows the latest batch's first excerpt of each state.
+    latest = REAL_BATCHES[-1][1]
+    rows = [r for _, test in REAL_BATCHES for r in real_rows(test)]
     path = DEMO / "triage.jsonl"
     path.write_text("".join(json.dumps({"id": r["id"], "log": r["log"], "idle_seconds": r["idle_seconds"]}) + "\n"
-                            for r in picked))
+                            for r in rows))
     out = sh("triage", "--jsonl", str(path), show=False)
+    got = {g["id"]: g for g in map(json.loads, out.stdout.splitlines())}
+    mine = [r for r in rows if r["split"] == f"real-{latest}"]
+    picked = [next(r for r in mine if r["state"] == state) for state in STATES if any(r["state"] == state for r in mine)]
     table = Table("excerpt", "the thread's own label", "chain", "stage", "what the supervisor does")
-    for r, line in zip(picked, out.stdout.splitlines(), strict=True):
-        got = json.loads(line)
-        mark = "" if got["state"] == r["state"] else " [red](miss)[/]"
-        table.add_row(r["id"], r["state"], got["state"] + mark, got["stage"], got["action"])
+    for r in picked:
+        g = got[r["id"]]
+        mark = "" if g["state"] == r["state"] else " [red](miss)[/]"
+        table.add_row(r["id"], r["state"], g["state"] + mark, g["stage"], g["action"])
     console.print(table)
-    console.print("all 141 real test excerpts: `python bench/triage_real.py` (chain 130/141 at this commit)")
+    right = sum(1 for r in rows if got[r["id"]]["state"] == r["state"])
+    console.print(f"all {len(rows)} real test excerpts ({len(REAL_BATCHES)} batches), just now: chain right on "
+                  f"[bold]{right}[/] ({right / len(rows):.3f}); per state and per batch: `python bench/triage_real.py`")
 
 
 def main() -> None:
