@@ -32,15 +32,15 @@ class Wall:
         self.t += s
 
 
-def _leases(tmp: Path, **kw: float) -> tuple[StepLeases, Wall]:
-    engine = make_engine(f"sqlite:///{tmp / 'th.db'}")
+def _leases(url: str, **kw: float) -> tuple[StepLeases, Wall]:
+    engine = make_engine(url)
     init_db(engine)
     wall = Wall()
     return StepLeases(engine, now=wall.now, sleep=wall.sleep, **kw), wall
 
 
-def test_one_holder_at_a_time_until_release_or_expiry(tmp_path: Path) -> None:
-    leases, wall = _leases(tmp_path, ttl_s=60.0)
+def test_one_holder_at_a_time_until_release_or_expiry(db_url: str) -> None:
+    leases, wall = _leases(db_url, ttl_s=60.0)
     a = leases.try_acquire("job-1")
     assert a is not None and leases.holder("job-1") == a
     assert leases.try_acquire("job-1") is None
@@ -55,8 +55,8 @@ def test_one_holder_at_a_time_until_release_or_expiry(tmp_path: Path) -> None:
     assert leases.holder("job-1") == c
 
 
-def test_held_waits_then_gives_up_and_is_reentrant_in_one_thread(tmp_path: Path) -> None:
-    leases, wall = _leases(tmp_path, ttl_s=600.0, wait_s=5.0)
+def test_held_waits_then_gives_up_and_is_reentrant_in_one_thread(db_url: str) -> None:
+    leases, wall = _leases(db_url, ttl_s=600.0, wait_s=5.0)
     other = leases.try_acquire("job-1")
     assert other is not None
     start = wall.t
@@ -69,6 +69,37 @@ def test_held_waits_then_gives_up_and_is_reentrant_in_one_thread(tmp_path: Path)
         with leases.held("job-1") as again:  # the same thread: no wait for itself
             assert again is True
         assert leases.holder("job-1") is not None
+    assert leases.holder("job-1") is None
+
+
+def test_eight_threads_hold_one_lease_one_at_a_time(db_url: str) -> None:
+    """Real threads and real time: each gets the lease once, and never two at once."""
+    import threading
+    import time
+
+    engine = make_engine(db_url)
+    init_db(engine)
+    leases = StepLeases(engine, poll_s=0.005)
+    inside, most, done = [0], [0], []
+    guard = threading.Lock()
+
+    def step(i: int) -> None:
+        with leases.held("job-1") as held:
+            assert held
+            with guard:
+                inside[0] += 1
+                most[0] = max(most[0], inside[0])
+            time.sleep(0.02)
+            with guard:
+                inside[0] -= 1
+            done.append(i)
+
+    threads = [threading.Thread(target=step, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert sorted(done) == list(range(8)) and most[0] == 1
     assert leases.holder("job-1") is None
 
 
