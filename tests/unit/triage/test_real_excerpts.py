@@ -80,6 +80,8 @@ KNOWN_MISSES = {
                                               "the poster says they come at the end",
     "real-f-ronin-checkpoint-save-disk-full": "torch.save's 'File ... cannot be opened' is also what a missing output "
                                               "directory gives (a config error); the thread says the disk was full",
+    "real-k-functional-harmony-testing": "only a test phase's output (accuracy, testing time), no training line: "
+                                         "periodic evaluation prints the same; the thread says it came at the end",
 }
 
 

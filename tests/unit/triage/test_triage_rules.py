@@ -279,6 +279,10 @@ def test_a_closing_summary_is_completion_only_with_no_failure_before_it() -> Non
         ("Training progress: 100%|████████| 50000/50000 [1:10:02<00:00, 11.90it/s, Loss=0.0540809]\n\n"
          "[ITER 50000] Saving Gaussians [31/08 23:48:12]\n", "completed"),
         ("[2021-05-04 16:54:52,408 PID:3860 INFO logger.py info] Experiment done\n", "completed"),
+        ("Epoch 1: train_perplexity=1.2784, train_epoch_loss=0.2456\n"
+         "max training steps reached, stopping training, total_train_steps:  6\n", "completed"),
+        ("[LightGBM] [Info] Iteration:1000, training's log loss: 0.004583\n[LightGBM] [Info] Finish train\n", "completed"),
+        ("| Trial name | status | iter |\n|---|---|---|\n| PPO_Env_9f072_00000 | RUNNING  |    118 |\n", "progressing"),
     ],
 )
 def test_how_real_logs_print_these(text: str, state: str) -> None:
