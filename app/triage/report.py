@@ -120,6 +120,8 @@ def render() -> str:
         "REAL excerpts, fifth batch, test5 split (never tuned on)": real_rows("test5"),
         "REAL excerpts, sixth batch (frameworks rarer in such threads: Horovod, Paddle, MindSpore, RLlib, ...), dev6 split (the rules were tuned on it)": real_rows("dev6"),
         "REAL excerpts, sixth batch, test6 split (never tuned on)": real_rows("test6"),
+        "REAL excerpts, seventh batch (finished runs, and LLM fine-tuning failures 2023-26), dev7 split (the rules were tuned on it)": real_rows("dev7"),
+        "REAL excerpts, seventh batch, test7 split (never tuned on)": real_rows("test7"),
     }
     parts = [_MARK, "", "## Measured: rules stage (no model, no LLM)", "",
              "| slice | tails | accuracy | rules unsure |", "|---|---:|---:|---:|"]
