@@ -58,9 +58,13 @@ def test_the_splits_are_disjoint_by_log_text_and_by_thread() -> None:
         seen |= set(threads)
 
 
-def test_every_state_is_in_both_splits() -> None:
-    for split in SPLITS:
-        assert {r["label"] for r in _rows(split)} == set(STATES), split
+def test_every_state_is_in_both_halves_and_each_batch_split_them_alike() -> None:
+    """Pooled, the dev and the test halves each hold every state; within a batch (some aim at a
+    few states: the eighth only at finished and running logs) dev and test hold the same states."""
+    for dev, test in REAL_BATCHES:
+        assert {r["label"] for r in _rows(dev)} == {r["label"] for r in _rows(test)}, (dev, test)
+    for half in (0, 1):
+        assert {r["label"] for batch in REAL_BATCHES for r in _rows(batch[half])} == set(STATES)
 
 
 def test_no_excerpt_is_copied_from_the_handwritten_canaries() -> None:
@@ -82,6 +86,8 @@ KNOWN_MISSES = {
                                               "directory gives (a config error); the thread says the disk was full",
     "real-k-functional-harmony-testing": "only a test phase's output (accuracy, testing time), no training line: "
                                          "periodic evaluation prints the same; the thread says it came at the end",
+    "real-m-charrnn-tf-last-save": "a save after the last batch of epoch 49: periodic saves read the same; only the "
+                                   "schedule (50 epochs, counted from 0) says it was the last",
 }
 
 
