@@ -639,7 +639,8 @@ _semantic("sem-data", "data_error", 56,
 
 # --- completed ------------------------------------------------------------------------------------
 _rule("completed", "completed", 50,
-      ("training is", "run is", "run complete", "completed in", "optimizer stripped", "exits successfully", "early stop", "run done", "final adapter saved", "training completed", "train_runtime", "train metrics", "training complete", "stopped:", "after training is done", "finished training", "training finished", "training done", "run finished", "saving final", "final model saved", "status: completed", "done training", "finished step=", "steps reached", "epochs reached", "iterations reached", "finish train"),
+      ("training is", "run is", "run complete", "completed in", "optimizer stripped", "exits successfully", "early stop", "run done", "final adapter saved", "training completed", "train_runtime", "train metrics", "training complete", "stopped:", "after training is done", "finished training", "training finished", "training done", "run finished", "saving final", "final model saved", "status: completed", "done training", "finished step=", "steps reached", "epochs reached", "iterations reached", "finish train", "shrink model to", "bestiteration =",
+       "average val", "average test", "final val", "final test"),
       r"Training completed\. Do not forget|Training Completed!|\btrain_runtime\b|\*{3,} train metrics \*{3,}"
       r"|`Trainer\.fit` stopped: `max_(?:epochs|steps)=\d+` reached|\[after training is done\]"
       r"|\b(?:training|run) (?:is )?(?:finished|complete(?:d)?|done)\b(?! *[:=] *(?:false|0))"
@@ -649,7 +650,9 @@ _rule("completed", "completed", 50,
       r"|^Optimizer stripped from \S+"  # ultralytics, once the last epoch is done
       r"|\bProcess \d+ exits successfully"  # the DeepSpeed launcher, per process at the end
       r"|\bEarly stop(?:ping)? at epoch \d+|\bEarly stopping triggered|^Epoch \d+: early stopping\b"
-      r"|\bmax(?:imum)? (?:training )?(?:steps|epochs|iterations) reached\b|\bFinish train\b",  # llama-recipes, LightGBM
+      r"|\bmax(?:imum)? (?:training )?(?:steps|epochs|iterations) reached\b|\bFinish train\b"  # llama-recipes, LightGBM
+      r"|^Shrink model to first \d+ iterations|^bestIteration = \d+"  # CatBoost, at the end of fit
+      r"|^(?:Average|Final) (?:val\w*|test)\b[^\n]{0,40}\u00b1",  # the mean +- spread over repeated runs (OGB, DGL)
       confidence=0.95)
 # A run's closing summary (detectron2's hooks, DSSTNE). detectron2 prints it in a `finally`, after
 # an exception too, so it is completion only with no terminal failure before it (`_decide`).
@@ -686,6 +689,7 @@ _PROGRESS_ALTERNATIVES = (
     r"^\|\s*\d+\s*\|\s*[-+\d.e]+\s*\|",  # unsloth / TRL step table
     r"^\|\s*[\w/ ]{0,30}loss\s*\|\s*[-+]?\d[\d.]*(?:e[-+]?\d+)?\s*\|",  # key/value tables: stable-baselines, rl_games
     r"^\|\s*\S+\s*\|\s*RUNNING\s*\|",  # Ray Tune's trial table
+    r"\bepoch:?\s*\d+\s*\|\s*\w+ [-+]?\d+\.\d+\s*\|",  # CenterNet-style epoch lines: `epoch: 6 |tot 4.98 | hm 0.70 |`
     r"saving (?:model )?checkpoint to",
 )
 _PROGRESS = re.compile("|".join(_PROGRESS_ALTERNATIVES), re.IGNORECASE)
@@ -1203,7 +1207,8 @@ def _is_progress(line: str) -> bool:
         return _PROGRESS.search(line) is not None
     low = line.lower()
     loss = "loss" in low
-    tqdm, hf, nano, megatron, step, epoch, bare_loss, progress, table, kv_table, tune_table, saving = _PROGRESS_PARTS
+    tqdm, hf, nano, megatron, step, epoch, bare_loss, progress, table, kv_table, tune_table, epoch_table, saving = (
+        _PROGRESS_PARTS)
     return bool(
         ("%|" in low and tqdm.search(line))
         or ((loss or "grad_norm" in low or "learning_rate" in low) and hf.search(line))
@@ -1216,6 +1221,7 @@ def _is_progress(line: str) -> bool:
         or (low.startswith("|") and table.search(line))
         or (loss and low.startswith("|") and kv_table.search(line))
         or ("running" in low and low.startswith("|") and tune_table.search(line))
+        or ("epoch" in low and "|" in low and epoch_table.search(line))
         or ("checkpoint to" in low and saving.search(line))
     )
 

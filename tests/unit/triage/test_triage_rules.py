@@ -283,6 +283,10 @@ def test_a_closing_summary_is_completion_only_with_no_failure_before_it() -> Non
          "max training steps reached, stopping training, total_train_steps:  6\n", "completed"),
         ("[LightGBM] [Info] Iteration:1000, training's log loss: 0.004583\n[LightGBM] [Info] Finish train\n", "completed"),
         ("| Trial name | status | iter |\n|---|---|---|\n| PPO_Env_9f072_00000 | RUNNING  |    118 |\n", "progressing"),
+        ("200:    learn: 13.18  test: 20.26  best: 20.16 (152)  total: 2.56s  remaining: 1m 1s\nbestTest = 20.16991839\n"
+         "bestIteration = 152\nShrink model to first 250 iterations. (min iterations for best model = 250)\n", "completed"),
+        ("Runned 10 times\nAverage val accuracy: 0.7374911606311798 \u00b1 0.0011984726866040361\n", "completed"),
+        ("2021-02-24-04-39: epoch: 6 |tot 4.982389 | hm 0.703464 | wh 1.402448 | time 114.166667 | \n", "progressing"),
     ],
 )
 def test_how_real_logs_print_these(text: str, state: str) -> None:
