@@ -122,6 +122,8 @@ def render() -> str:
         "REAL excerpts, sixth batch, test6 split (never tuned on)": real_rows("test6"),
         "REAL excerpts, seventh batch (finished runs, and LLM fine-tuning failures 2023-26), dev7 split (the rules were tuned on it)": real_rows("dev7"),
         "REAL excerpts, seventh batch, test7 split (never tuned on)": real_rows("test7"),
+        "REAL excerpts, eighth batch (finished and running logs only), dev8 split (the rules were tuned on it)": real_rows("dev8"),
+        "REAL excerpts, eighth batch, test8 split (never tuned on)": real_rows("test8"),
     }
     parts = [_MARK, "", "## Measured: rules stage (no model, no LLM)", "",
              "| slice | tails | accuracy | rules unsure |", "|---|---:|---:|---:|"]
