@@ -156,7 +156,7 @@ def train_specialist(
     install: Annotated[bool, typer.Option("--install", help="Copy the best seed's adapter into the package if the gate promotes.")] = False,
 ) -> None:
     """Build the corpus, train the specialist with two seeds, evaluate, write and judge a gate trial."""
-    from app.triage.training import TrainingPlan, train_and_judge
+    from app.triage.training import TrainingFailed, TrainingPlan, train_and_judge
 
     try:
         seed_list = [int(s) for s in seeds.split(",") if s.strip()]
@@ -167,6 +167,9 @@ def train_specialist(
     plan = TrainingPlan(out_dir=out, seeds=tuple(seed_list), max_steps=max_steps, max_seq_len=max_seq_len,
                         quantization=quantization, corpus_seed=corpus_seed, learning_rate=learning_rate,
                         reuse=reuse, real_dev_weight=real_dev_weight, real_batches=real_batches)
-    summary = train_and_judge(plan, install=install, echo=typer.echo)
+    try:
+        summary = train_and_judge(plan, install=install, echo=typer.echo)
+    except TrainingFailed as exc:  # each names what failed and the fix: one line, not a traceback
+        raise UserError(str(exc)) from None
     typer.echo(json.dumps(summary, indent=2))
     raise typer.Exit(0 if summary.get("decision") == "promote" else 1)

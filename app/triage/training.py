@@ -117,6 +117,23 @@ def _job(plan: TrainingPlan, seed: int, base: Path) -> dict[str, Any]:
     }
 
 
+def _check_reusable(job_dir: Path, train: Sequence[dict[str, Any]], job: dict[str, Any]) -> None:
+    """`--reuse` keeps a trained seed only if it was trained on these rows with this job: an
+    adapter from other data (say, another `--real-batches`) must not be judged as this plan's."""
+    def rows_of(path: Path) -> list[Any]:
+        return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+    try:
+        same_rows = rows_of(job_dir / "train.jsonl") == [dict(r) for r in train]
+        same_job = json.loads((job_dir / "job.json").read_text(encoding="utf-8")) == job
+    except (OSError, ValueError):
+        same_rows = same_job = False
+    if not (same_rows and same_job):
+        what = "training rows" if not same_rows else "job settings"
+        raise TrainingFailed(f"--reuse: {job_dir} was trained with other {what} than this plan's. "
+                             "Fix: drop --reuse (it retrains), or use a fresh --out")
+
+
 def _run_trainer(job_dir: Path, echo: Callable[[str], None]) -> None:
     root = Path(__file__).resolve().parents[2]
     echo(f"training {job_dir.name} ...")
@@ -186,6 +203,11 @@ def train_and_judge(plan: TrainingPlan, *, install: bool = False,
     train = [{"text": digest(r["log"], r["idle_seconds"]), "label": r["state"]}
              for r in train_rows(corpus, real_dev_weight=plan.real_dev_weight, real_batches=plan.real_batches)]
     val = [{"text": digest(r["log"], r["idle_seconds"]), "label": r["state"]} for r in corpus["eval"]]
+    reusable = {seed: plan.reuse and (out / f"job-seed-{seed}" / "adapter" / "trainer_meta.json").is_file()
+                for seed in plan.seeds}
+    for seed in plan.seeds:  # before anything slow: a mismatch is the operator's to fix
+        if reusable[seed]:
+            _check_reusable(out / f"job-seed-{seed}", train, _job(plan, seed, base))
     rows = eval_rows(corpus)
     inputs = [TriageInput(r["id"], r["log"], r["idle_seconds"]) for r in rows]
 
@@ -206,7 +228,7 @@ def train_and_judge(plan: TrainingPlan, *, install: bool = False,
         summary["incumbent"] = _accuracy(incumbent)
     for seed in plan.seeds:
         job_dir = out / f"job-seed-{seed}"
-        if not (plan.reuse and (job_dir / "adapter" / "trainer_meta.json").is_file()):
+        if not reusable[seed]:
             if job_dir.exists():
                 shutil.rmtree(job_dir)
             job_dir.mkdir(parents=True)

@@ -1,9 +1,11 @@
 """`train_and_judge` end to end with a real (one-step) training run: the shipped specialist is the
-incumbent of the trial, and a candidate the gate refuses is never installed."""
+incumbent of the trial, a candidate the gate refuses is never installed, and `--reuse` refuses
+adapters trained on other data or settings."""
 
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -34,3 +36,9 @@ def test_a_weak_candidate_is_judged_against_the_shipped_incumbent_and_not_instal
     assert any(line.startswith("not installed: the gate said refuse") for line in lines)
     decision = json.loads((trial / "decision.json").read_text())
     assert decision["scores"]["incumbent"] is not None
+
+    # --reuse keeps those adapters only for the same rows and job: other data is refused at once.
+    with pytest.raises(training.TrainingFailed, match=r"--reuse: .*other training rows.*Fix: drop --reuse"):
+        training.train_and_judge(replace(plan, reuse=True, real_dev_weight=1), echo=lines.append)
+    with pytest.raises(training.TrainingFailed, match=r"other job settings"):
+        training.train_and_judge(replace(plan, reuse=True, learning_rate=3e-3), echo=lines.append)
