@@ -837,6 +837,17 @@ class ProvisioningService:
                 self._drop(h, rental, f"held host reported {state}", now=now)
                 report.dropped.append(h.instance_id)
                 continue
+            if h.standby and h.hold_until > now + self.cfg.hold_s and not self._recovering(h.owner):
+                # Held long because a recovery wanted it, which then took another host verified at
+                # the same moment: beyond the pool it asked for, it gets the ordinary hold from now.
+                long = [x for x in self.pool.held(owner=h.owner) if x.standby and x.hold_until > now + self.cfg.hold_s]
+                if len(long) > self.pool.pool_size(h.owner) and self.pool.renew(h.id, hold_until=now + self.cfg.hold_s):
+                    self.ledger.append(Event(kind="host_hold_shortened", job=h.owner, instance=h.instance_id,
+                                             provider=h.provider, machine=h.machine_id,
+                                             reason="standby host beyond the pool once the recovery took another",
+                                             payload={"hold_until": now + self.cfg.hold_s, "was": h.hold_until},
+                                             idempotency_key=f"shortened:{h.id}"))
+                    continue
             if now < h.hold_until:
                 continue
             if h.standby and self._running(h.owner) and rental.kill_at - now > self.cfg.hold_s:

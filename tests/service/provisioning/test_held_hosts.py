@@ -632,3 +632,29 @@ def test_a_standby_host_verified_while_the_recoverys_own_host_passes_preflight_i
     state = f.svc.state("job-a")
     assert state is not None and state[0].phase == "training" and state[0].attempt is not None
     assert state[0].attempt.instance_id == own
+
+
+def test_a_standby_host_held_long_for_a_recovery_that_took_another_gets_the_ordinary_hold(tmp_path: Path) -> None:
+    """Two standby hosts verified at once for one recovery: the first is held until its kill-time
+    (the recovery wanted one), the second is the one adopted. Once the job trains again, the hold
+    sweep gives the long-held host (beyond the job's pool of 0) the ordinary 10-minute hold, then
+    releases it: it does not bill until its kill-time (found in the Celery hedged-recovery test)."""
+    f = Fleet(tmp_path, slow=("m-1",))
+    f.train("job-a")
+    f.lose("job-a")
+    f.run(lambda: "job-a" in f.handed)
+    f.run(lambda: all(s[0].phase in ("done", "failed") for j in f.svc.pool.standby_jobs("job-a")
+                      if (s := f.svc.state(j.job_id)) is not None))
+    held = [h for h in f.svc.pool.held(owner="job-a") if h.standby]
+    assert held
+    now = f.clock.now()
+    long_one = held[0]
+    assert f.svc.pool.renew(long_one.id, hold_until=f.rental(long_one.instance_id).kill_at)  # as the race left it
+    f.svc.sweep_holds()
+    (after,) = [h for h in f.svc.pool.held(owner="job-a") if h.id == long_one.id]
+    assert after.hold_until == now + f.svc.cfg.hold_s
+    assert [r.instance for r in f.rows(kind="host_hold_shortened")] == [long_one.instance_id]
+    f.clock.set(now + f.svc.cfg.hold_s + 1)
+    report = f.svc.sweep_holds()
+    assert long_one.instance_id in report.released
+    assert f.rental(long_one.instance_id).state != "active"
