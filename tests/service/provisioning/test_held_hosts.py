@@ -118,6 +118,11 @@ class Fleet:
         self.market.destroy(inst)
         return self.schedule(self.svc.observe(job_id, self.status(inst, None)))
 
+    def standby_jobs_ended(self, owner: str) -> bool:
+        """Every standby job of `owner` is done or failed."""
+        return all(s[0].phase in ("done", "failed") for j in self.svc.pool.standby_jobs(owner)
+                   if (s := self.svc.state(j.job_id)) is not None)
+
     def rows(self, job: str | None = None, kind: str | None = None) -> list[Any]:
         return list(Ledger(self.engine).rows(job=job, kind=kind))
 
@@ -349,8 +354,7 @@ def test_a_hedged_recovery_starts_standby_jobs_and_holds_the_extras(tmp_path: Pa
     assert [r.kind for r in f.rows(job="job-a")].count("attempt_handed_over") == 1
     assert any(r.kind == "host_adopted" and r.payload["standby"] for r in f.rows(job="job-a"))
 
-    f.run(lambda: all(s[0].phase in ("done", "failed") for j in f.svc.pool.standby_jobs("job-a")
-                      if (s := f.svc.state(j.job_id)) is not None))
+    f.run(lambda: f.standby_jobs_ended("job-a"))
     held = [h for h in f.svc.pool.held(owner="job-a") if h.standby]
     assert held and all(not h.held_work for h in held)
     machines = {h.machine_id for h in held}
@@ -366,8 +370,7 @@ def test_hedges_beyond_the_pool_get_only_the_ordinary_hold_and_the_sweep_release
     f.train("job-a")
     f.lose("job-a")
     f.run(lambda: "job-a" in f.handed)
-    f.run(lambda: all(s[0].phase in ("done", "failed") for j in f.svc.pool.standby_jobs("job-a")
-                      if (s := f.svc.state(j.job_id)) is not None))
+    f.run(lambda: f.standby_jobs_ended("job-a"))
     extras = [h for h in f.svc.pool.held(owner="job-a") if h.standby]
     assert extras and all(h.hold_until <= h.verified_at + f.svc.cfg.hold_s for h in extras)
     f.clock.set(max(h.hold_until for h in extras) + 1)
@@ -537,8 +540,7 @@ def test_a_crash_in_the_middle_of_a_hand_over_leaves_the_booting_attempt_driven(
     for step in f.svc.sweep_holds().steps:
         f.schedule(step)
     assert _active_unreferenced(f, "job-a") == []
-    f.run(lambda: all(s[0].phase in ("done", "failed") for j in f.svc.pool.standby_jobs("job-a")
-                      if (s := f.svc.state(j.job_id)) is not None))
+    f.run(lambda: f.standby_jobs_ended("job-a"))
     assert _active_unreferenced(f, "job-a") == []
     # the slow m-1 rental ends accounted for: trained on, held, or released by automation
     (m1,) = [r for r in f.svc.rentals.all(job="job-a") if r.machine_id == "m-1"]
@@ -643,8 +645,7 @@ def test_a_standby_host_held_long_for_a_recovery_that_took_another_gets_the_ordi
     f.train("job-a")
     f.lose("job-a")
     f.run(lambda: "job-a" in f.handed)
-    f.run(lambda: all(s[0].phase in ("done", "failed") for j in f.svc.pool.standby_jobs("job-a")
-                      if (s := f.svc.state(j.job_id)) is not None))
+    f.run(lambda: f.standby_jobs_ended("job-a"))
     held = [h for h in f.svc.pool.held(owner="job-a") if h.standby]
     assert held
     now = f.clock.now()

@@ -75,7 +75,6 @@ def test_held_waits_then_gives_up_and_is_reentrant_in_one_thread(db_url: str) ->
 def test_eight_threads_hold_one_lease_one_at_a_time(db_url: str) -> None:
     """Real threads and real time: each gets the lease once, and never two at once."""
     import threading
-    import time
 
     engine = make_engine(db_url)
     init_db(engine)
@@ -83,13 +82,15 @@ def test_eight_threads_hold_one_lease_one_at_a_time(db_url: str) -> None:
     inside, most, done = [0], [0], []
     guard = threading.Lock()
 
+    all_trying = threading.Barrier(8, timeout=10)  # every thread asks for the lease at the same moment
+
     def step(i: int) -> None:
+        all_trying.wait()
         with leases.held("job-1") as held:
             assert held
             with guard:
                 inside[0] += 1
                 most[0] = max(most[0], inside[0])
-            time.sleep(0.02)
             with guard:
                 inside[0] -= 1
             done.append(i)
