@@ -124,6 +124,8 @@ def render() -> str:
         "REAL excerpts, seventh batch, test7 split (never tuned on)": real_rows("test7"),
         "REAL excerpts, eighth batch (finished and running logs only), dev8 split (the rules were tuned on it)": real_rows("dev8"),
         "REAL excerpts, eighth batch, test8 split (never tuned on)": real_rows("test8"),
+        "REAL excerpts, ninth batch (every ecosystem, collected by state; no finished runs found), dev9 split (the rules were tuned on it)": real_rows("dev9"),
+        "REAL excerpts, ninth batch, test9 split (never tuned on)": real_rows("test9"),
     }
     parts = [_MARK, "", "## Measured: rules stage (no model, no LLM)", "",
              "| slice | tails | accuracy | rules unsure |", "|---|---:|---:|---:|"]
