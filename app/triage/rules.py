@@ -275,7 +275,9 @@ _rule("generic-oom", "oom", 80, ("out of memory", "oom"),
 _rule("sigkill", "oom", 60, ("sigkill", "exitcode", "exit code", "return code", "exit status", "killed"),
       r"Signals\.SIGKILL|Signal 9 \(SIGKILL\)|exit ?code:? ?-9\b|exitcode\s*:\s*-9\b|return code = -9\b"
       r"|killed by signal: Killed"
-      r"|exit status (?:-9|137)\b|exit code 137\b|^(?:\S*: line \d+: +\d+ )?Killed\b",
+      r"|exit status (?:-9|137)\b|exit code 137\b|^(?:\S*: line \d+: +\d+ )?Killed\b"
+      # The shell's "Killed" lands at the cursor: after a progress bar that ended without a newline.
+      r"|(?<=\])Killed[ \t]*$",
       confidence=0.8)
 
 # --- diverged: NaN/inf loss or grad norm, loss-scale underflow, exploding loss ---------------
@@ -408,6 +410,10 @@ _rule("coordination-deadline", "stalled", 78, ("registertask", "barrier timed ou
 # that moves on after it was only slow).
 _rule("horovod-stall", "stalled", 80, ("waiting for remainder of ranks", "stalled ops"),
       r"waiting for remainder of ranks for more than \d+ seconds|^Stalled ops:", soft=True, confidence=0.85)
+# torch.distributed's store-based barrier, printed every few seconds while ranks wait for peers
+# that never join (soft: a slow start-up moves on and logs progress after it).
+_rule("store-barrier-wait", "stalled", 80, ("waiting in store based barrier",),
+      r"Waiting in store based barrier to initialize process group", soft=True, confidence=0.85)
 _rule("rendezvous-fail", "stalled", 75, ("rendezvous", "address already in use", "distnetworkerror", "keep-alive heartbeat"),
       r"RendezvousConnectionError|RendezvousClosedError|DistNetworkError|failed to send a keep-alive heartbeat"
       r"|failed to bind to .{0,40}Address already in use", confidence=0.85)
@@ -480,7 +486,8 @@ _rule("dataset", "data_error", 94, ("datasetgeneration", "arrowinvalid", "arrowt
                                     "undefined dataset", "dataset script", "unable to find '", "empty", "num_samples=0",
                                     "not found", "invalid dataset", "dataset format", "tokenization strategy",
                                     "failed to load dataset", "datasets.exceptions", "splits", "expected schema",
-                                    "schema mismatch", "keyerror: '"),
+                                    "schema mismatch", "keyerror: '", "no data", "no image", "no samples",
+                                    "no training", "no valid"),
       r"DatasetGenerationError|DatasetGenerationCastError|ArrowInvalid|ArrowTypeError|CastError"
       r"|JSONDecodeError|JSON parse error|UnicodeDecodeError|Couldn't cast|column .{0,40}not (?:found|in)"
       r"|Column \S+ not in the dataset|No columns in the dataset match|Cannot find valid samples"
@@ -488,14 +495,17 @@ _rule("dataset", "data_error", 94, ("datasetgeneration", "arrowinvalid", "arrowt
       r"|dataset (?:is )?empty|empty dataset|num_samples=0|Dataset .{0,40}not found"
       r"|Invalid dataset|Please check the dataset format|unhandled prompt tokenization strategy"
       r"|Failed to load dataset|datasets\.exceptions\.\w+|ExpectedMoreSplits|SplitsNotFoundError"
+      r"|\bno (?:data|images?|samples|training (?:data|samples|images)|valid (?:data|samples|images)) (?:was |were )?found\b"
       r"|NonMatchingSplitsSizesError|doesn't match the expected schema|schema mismatch|KeyError: '(?:text|input|output|instruction|messages|conversations|label|labels|prompt|response|chosen|rejected|content|role|from|value|input_ids|attention_mask)'")
-_rule("batch-shape", "data_error", 90, ("batch_size", "did not return a loss", "target size", "labels", "target", "supply an encoding", "batch received was empty", "same device", "cannot be multiplied", "expected scalar type", "unscale fp16", "purely quantized", "stack expects"),
+_rule("batch-shape", "data_error", 90, ("batch_size", "did not return a loss", "target size", "labels", "target", "supply an encoding", "batch received was empty", "same device", "cannot be multiplied", "expected scalar type", "unscale fp16", "purely quantized", "stack expects",
+                                       "must be broadcastable", "incompatible shapes"),
       r"Expected input batch_size \(\d+\) to match target batch_size|did not return a loss from the inputs"
       r"|Target size \(.{0,40}\) must be the same as input size|labels? .{0,30}out of (?:range|bounds)"
       r"|Target \d+ is out of bounds|You should supply an encoding or a list of encodings"
       r"|The batch received was empty|Expected all tensors to be on the same device"
       r"|shapes cannot be multiplied|expected scalar type \w+ but found|Attempting to unscale FP16 gradients"
-      r"|cannot perform fine-tuning on purely quantized models|stack expects each tensor to be equal size", confidence=0.92)
+      r"|cannot perform fine-tuning on purely quantized models|stack expects each tensor to be equal size"
+      r"|logits and labels must be broadcastable|Incompatible shapes: \[", confidence=0.92)
 _rule("config", "data_error", 90, ("unknown ", "validationerror", "yaml.", "scannererror", "parsererror", "unexpected keyword argument",
                                    "not found in the base model", "please specify", "not a valid model identifier",
                                    "unrecognized", "size mismatch for", "loading state_dict", "missing key(s)",
@@ -870,12 +880,37 @@ def _last_progress(text: str, low: str) -> tuple[int, str]:
     return -1, ""
 
 
+# A bare "step value" log (a script printing `print(step, loss)`): the step, then one number.
+_STEP_VALUE_ROW = re.compile(r"^[ \t]*(\d+)[ \t]+([-+]?(?:\d+\.?\d*|\.\d+)(?:e[-+]?\d+)?|nan|[-+]?inf)[ \t]*$",
+                             re.MULTILINE)
+
+
+def _nan_after_values(window: str) -> int:
+    """Where a bare step/value log turned NaN for good: the last two such rows are nan or inf after
+    at least three finite ones, with the steps never going back; else -1. (A table that merely
+    holds a NaN cell has more columns, or no steps before it.)"""
+    rows = [(int(m.group(1)), m.group(2), m.start()) for m in _STEP_VALUE_ROW.finditer(window)]
+    if len(rows) < 5 or any(b[0] < a[0] for a, b in zip(rows, rows[1:])):
+        return -1
+    bad = [v.lstrip("+-") in ("nan", "inf") for _, v, _ in rows]
+    if not (bad[-1] and bad[-2]) or sum(1 for b in bad if not b) < 3:
+        return -1
+    first = len(bad) - 1
+    while first > 0 and bad[first - 1]:
+        first -= 1
+    return rows[first][2]
+
+
 def _exploding(text: str, window: str) -> tuple[str, str] | None:
     """(rule, evidence) for an exploding loss or one collapsed to exactly 0.0, or None.
 
     `window` is the last 4,096 characters of `text` (the tail, or an end of it that begins at a
     line start), lowercased.
     """
+    if "nan" in window:
+        nan_row = _nan_after_values(window)
+        if nan_row >= 0:
+            return "loss-column-nan", _line_at(text, len(text) - len(window) + nan_row)
     if window.count("loss") < 3:
         return None
     values: list[tuple[float, int]] = []

@@ -287,7 +287,28 @@ def test_a_closing_summary_is_completion_only_with_no_failure_before_it() -> Non
          "bestIteration = 152\nShrink model to first 250 iterations. (min iterations for best model = 250)\n", "completed"),
         ("Runned 10 times\nAverage val accuracy: 0.7374911606311798 \u00b1 0.0011984726866040361\n", "completed"),
         ("2021-02-24-04-39: epoch: 6 |tot 4.982389 | hm 0.703464 | wh 1.402448 | time 114.166667 | \n", "progressing"),
+        # The shell's "Killed" lands at the cursor, after a bar that ended without a newline.
+        (" 31%|███▌      | 331/1063 [01:06<03:59,  3.06it/s]Killed\n", "oom"),
+        ("Waiting in store based barrier to initialize process group for rank: 0, key: store_based_barrier_key:1 "
+         "(world_size=4, worker_count=16, timeout=0:01:00)\n", "stalled"),
+        ("mean ar error (without repeats): nan\nNo data found. Please verify arguments (train_data_dir must be the "
+         "parent of folders with images)\n", "data_error"),
+        ("tensorflow.python.framework.errors_impl.InvalidArgumentError: logits and labels must be broadcastable: "
+         "logits_size=[451801,7] labels_size=[451248,7]\n", "data_error"),
+        ("76950 2.596339\n76960 2.735384\n76970 2.6265104\n76980 nan\n76990 nan\nSaving the model\n", "diverged"),
     ],
 )
 def test_how_real_logs_print_these(text: str, state: str) -> None:
     assert classify(text).state == state
+
+
+def test_a_bare_step_value_log_is_diverged_only_when_it_stays_nan() -> None:
+    """`print(step, loss)` logs: NaN for the last two rows after finite ones; not one NaN that
+    recovered, not a table cell, not a log too short to have a trend."""
+    rows = "".join(f"{s} {2.7 - s / 1e5:.4f}\n" for s in range(76900, 76980, 10))
+    assert classify(rows + "76980 nan\n76990 nan\n").state == "diverged"
+    assert classify(rows + "76980 nan\n76990 2.61\n").state != "diverged"
+    assert classify("0 nan\n1 nan\n").state != "diverged"
+    assert classify(rows + "76980 nan\n100 nan\n").state != "diverged"  # steps went back: not one series
+    waiting = "Waiting in store based barrier to initialize process group for rank: 0, key: k (world_size=2)\n"
+    assert classify(waiting + "{'loss': 0.91, 'grad_norm': 1.2, 'learning_rate': 2e-05, 'epoch': 0.1}\n").state == "progressing"
