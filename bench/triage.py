@@ -90,7 +90,11 @@ def bench_rules(rows: list[dict], *, repeats: int = 3, reference: bool = False) 
     out["real_excerpts"] = len(real)
     out["real_mean_tail_kb"] = round(sum(len(r["log"]) for r in real) / len(real) / 1024, 2)
     cases += [("_real", [r["log"] for r in real], [r.get("idle_seconds") for r in real])]
-    cases += [(f"_{kb}kb", _padded(sample, kb), [r["idle_seconds"] for r in sample]) for kb in (8, 32)]
+    for kb in (8, 16, 32):
+        padded = _padded(sample, kb)
+        cases += [(f"_{kb}kb", padded, [r["idle_seconds"] for r in sample])]
+        # The same tails as `tuneharness triage FILE` hands them over: the bytes read from the file.
+        cases += [(f"_{kb}kb_bytes", [t.encode("utf-8") for t in padded], [r["idle_seconds"] for r in sample])]
     for name, texts, tail_idles in cases:
         out[f"rules{name}_tails_per_s_one_core"] = round(_rate(texts, tail_idles, repeats))
         out[f"rules{name}_tails_per_s_one_core_cold"] = round(_rate(texts, tail_idles, 1, mode="cold"))

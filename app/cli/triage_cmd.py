@@ -124,10 +124,10 @@ def triage_file(
     """One verdict for one log file."""
     import time
 
-    from app.triage.rules import read_tail
+    from app.triage.rules import read_tail_bytes
 
     try:
-        tail = read_tail(file, max_bytes=tail_kb * 1024)
+        tail = read_tail_bytes(file, max_bytes=tail_kb * 1024)
         mtime = file.stat().st_mtime
     except IsADirectoryError:
         raise UserError(f"{file} is a directory. Fix: pass the train.log file") from None

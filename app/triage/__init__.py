@@ -5,6 +5,6 @@
 
 from __future__ import annotations
 
-from app.triage.rules import ACTIONS, STATES, UNSURE, Verdict, classify, read_tail
+from app.triage.rules import ACTIONS, STATES, UNSURE, Verdict, classify, read_tail, read_tail_bytes
 
-__all__ = ["ACTIONS", "STATES", "UNSURE", "Verdict", "classify", "read_tail"]
+__all__ = ["ACTIONS", "STATES", "UNSURE", "Verdict", "classify", "read_tail", "read_tail_bytes"]

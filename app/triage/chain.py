@@ -37,8 +37,11 @@ class Escalation(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class TriageInput:
+    """One log tail: text, or bytes as read from the file (the rules read bytes without decoding
+    them all; the specialist and the LLM get it decoded leniently)."""
+
     id: str
-    log: str
+    log: str | bytes
     idle_seconds: float | None = None
     job: str | None = None
 
@@ -88,7 +91,7 @@ class TriageChain:
         self.specialist_overrule_confidence = specialist_overrule_confidence
         self.stall_after_s = stall_after_s
 
-    def triage(self, log: str, *, idle_seconds: float | None = None, id: str = "log",
+    def triage(self, log: str | bytes, *, idle_seconds: float | None = None, id: str = "log",
                job: str | None = None) -> TriageResult:
         return self.triage_many([TriageInput(id, log, idle_seconds, job)])[0]
 
@@ -104,7 +107,7 @@ class TriageChain:
         if not residue:
             return [r for r in results if r is not None]
 
-        digests = {i: digest(rows[i].log, rows[i].idle_seconds) for i in residue}
+        digests = {i: digest(_text(rows[i].log), rows[i].idle_seconds) for i in residue}
         # Best guess so far per residue row: (state, confidence, stage, evidence).
         best: dict[int, tuple[str, float, str, tuple[str, ...]]] = {
             i: (_rules_state(verdicts[i]), verdicts[i].confidence, "rules", verdicts[i].evidence) for i in residue
@@ -160,9 +163,13 @@ _LLM_TAIL_CHARS = 3000
 
 def _llm_prompt(row: TriageInput, digest_text: str) -> str:
     """The digest plus the raw end of the log (bounded), so the LLM sees context the digest cut."""
-    tail = normalise(row.log, max_chars=_LLM_TAIL_CHARS)
+    tail = normalise(_text(row.log), max_chars=_LLM_TAIL_CHARS)
     idle = "unknown" if row.idle_seconds is None else f"{row.idle_seconds:.0f}"
     return f"seconds since the log last grew: {idle}\n\nsalient lines: {digest_text}\n\nlast part of the log:\n{tail}"
+
+
+def _text(log: str | bytes) -> str:
+    return log if isinstance(log, str) else log.decode("utf-8", errors="replace")
 
 
 def _rules_state(v: Verdict) -> str:

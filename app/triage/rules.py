@@ -51,6 +51,7 @@ __all__ = [
     "classify",
     "normalise",
     "read_tail",
+    "read_tail_bytes",
 ]
 
 STATES: tuple[str, ...] = (
@@ -120,6 +121,12 @@ class Verdict:
 
 def read_tail(path: str | os.PathLike[str], *, max_bytes: int = DEFAULT_TAIL_BYTES) -> str:
     """The last `max_bytes` of a file, decoded leniently; seeks, so a 2 GB log costs one read."""
+    return read_tail_bytes(path, max_bytes=max_bytes).decode("utf-8", errors="replace")
+
+
+def read_tail_bytes(path: str | os.PathLike[str], *, max_bytes: int = DEFAULT_TAIL_BYTES) -> bytes:
+    """`read_tail` without the decoding: what `classify` takes as is (it decodes only the lines
+    it reads, so a 32 KB tail is not decoded and encoded again)."""
     p = Path(path)
     with p.open("rb") as fh:
         fh.seek(0, os.SEEK_END)
@@ -132,7 +139,7 @@ def read_tail(path: str | os.PathLike[str], *, max_bytes: int = DEFAULT_TAIL_BYT
         nl = data.find(b"\n")
         if 0 <= nl < len(data) - 1:
             data = data[nl + 1 :]
-    return data.decode("utf-8", errors="replace")
+    return data
 
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[@-Z\\-_]")
@@ -1351,13 +1358,28 @@ def _strip_rank_prefixes(text: str) -> str:
 
 
 def classify(
-    tail: str,
+    tail: str | bytes,
     *,
     idle_seconds: float | None = None,
     stall_after_s: float = DEFAULT_STALL_AFTER_S,
     max_chars: int = DEFAULT_MAX_CHARS,
 ) -> Verdict:
-    """Decide a state from a log tail and how long the log has been idle (pure, bounded)."""
+    """Decide a state from a log tail and how long the log has been idle (pure, bounded).
+
+    `tail` is text, or the bytes of a log as read (UTF-8; the last `max_chars` bytes are read).
+    Bytes give the verdict of `tail.decode("utf-8", errors="replace")` without decoding the lines
+    no rule reads; a tail whose invalid bytes are in a line that is read is decoded leniently first.
+    """
+    if not isinstance(tail, str):
+        raw = bytes(tail[-max_chars:])
+        if b"\xe2\x84\xaa" in raw:  # the Kelvin sign (see below)
+            return classify(raw.decode("utf-8", errors="replace"), idle_seconds=idle_seconds,
+                            stall_after_s=stall_after_s, max_chars=max_chars)
+        try:
+            return _classify_encoded(raw, idle_seconds=idle_seconds, stall_after_s=stall_after_s)
+        except (UnicodeDecodeError, _MemoryEmptied):
+            return classify(raw.decode("utf-8", errors="replace"), idle_seconds=idle_seconds,
+                            stall_after_s=stall_after_s, max_chars=max_chars)
     text = tail[-max_chars:] if len(tail) > max_chars else tail
     if not text.isascii() and "\u212a" in text:
         # The Kelvin sign lowercases to an ASCII "k", which bytes.lower() does not know.
@@ -1366,6 +1388,16 @@ def classify(
         raw = text.encode("utf-8")
     except UnicodeEncodeError:  # lone surrogates
         return _classify_reference(tail, idle_seconds=idle_seconds, stall_after_s=stall_after_s, max_chars=max_chars)
+    try:
+        return _classify_encoded(raw, idle_seconds=idle_seconds, stall_after_s=stall_after_s)
+    except _MemoryEmptied:
+        return _classify_reference(tail, idle_seconds=idle_seconds, stall_after_s=stall_after_s, max_chars=max_chars)
+
+
+def _classify_encoded(raw: bytes, *, idle_seconds: float | None, stall_after_s: float) -> Verdict:
+    """The fast path on an encoded, bounded tail. Lines are decoded strictly: bytes that are not
+    UTF-8 raise UnicodeDecodeError when a line holding them is read (the caller decodes leniently
+    and starts again); lines never read may hold anything. Raises _MemoryEmptied (see there)."""
     # `normalise`, on the encoded text: ANSI escapes, carriage returns, rank prefixes, control bytes.
     if b"\x1b" in raw:
         raw = _ANSI_BYTES.sub(b"", raw)
@@ -1382,12 +1414,9 @@ def classify(
     ranked = b"[rank" in head or b"[default" in head
     if ranked:
         raw = _strip_rank_prefixes(raw.decode("utf-8")).encode("utf-8")
-    try:
-        prepared = _prepare(raw, ranks_done=ranked)
-        if prepared is None:
-            prepared = _prepare(_strip_rank_prefixes(raw.decode("utf-8")).encode("utf-8"), ranks_done=True)
-    except _MemoryEmptied:
-        return _classify_reference(tail, idle_seconds=idle_seconds, stall_after_s=stall_after_s, max_chars=max_chars)
+    prepared = _prepare(raw, ranks_done=ranked)
+    if prepared is None:
+        prepared = _prepare(_strip_rank_prefixes(raw.decode("utf-8")).encode("utf-8"), ranks_done=True)
     assert prepared is not None
     raw, skeleton, cands = prepared
     progress_pos, progress_line = _last_progress_bytes(raw, skeleton)

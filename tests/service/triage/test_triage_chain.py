@@ -69,6 +69,18 @@ def test_a_confident_specialist_answers_the_rules_residue() -> None:
     assert res.action == "replace the host, record it against the machine"
 
 
+def test_bytes_as_read_from_a_file_reach_the_specialist_and_the_llm_decoded(fake: FakeLlmServer, ledger: Ledger) -> None:
+    """A log handed over as the bytes read (invalid UTF-8 in it) goes through every stage as text."""
+    seen: list[str] = []
+    spec = StaticSpecialist(lambda t: seen.append(t) or {"oom": 0.4, "cuda_fault": 0.35, "stalled": 0.25})
+    chain = TriageChain(specialist=spec, escalation=LlmEscalation(_config(fake.url), ledger))
+    res = chain.triage(b"step 10 \xff\xfe ok\n" + AMBIGUOUS.encode())
+    assert (res.state, res.stage) == ("cuda_fault", "llm")
+    assert "\ufffd" in seen[0] and "Segmentation fault" in seen[0]
+    assert "Segmentation fault" in fake.requests[0]["messages"][-1]["content"]
+    assert chain.triage(OBVIOUS_OOM.encode()).stage == "rules"
+
+
 LOSS_ZERO = "".join(f"{{'loss': {v}, 'grad_norm': {g}, 'epoch': {e}}}\n"
                     for v, g, e in (("1.2", "3.0", "0.1"), ("0.9", "2.0", "0.2"), ("0.0", "0.0", "0.3"), ("0.0", "0.0", "0.4")))
 

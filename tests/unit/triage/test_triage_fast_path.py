@@ -224,3 +224,37 @@ def test_threads_sharing_the_skeleton_memory_get_the_reference_verdicts() -> Non
         t.join()
     rules._forget()
     assert wrong == []
+
+
+_BAD_BYTES = [b"\xff", b"\xc3", b"\xe2\x84", b"\x80\x80", b"\xed\xa0\x80", b"\xf4\x90\x80\x80", b"\xe2\x84\xaa", b"\xc3\xa9"]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(0, 2**32 - 1), st.integers(0, 4), st.integers(0, 40))
+def test_bytes_as_read_get_the_verdict_of_their_lenient_decoding(seed: int, bad: int, cut: int) -> None:
+    """Property: a tail given as bytes (invalid UTF-8 sprinkled in, or cut inside a character)
+    gets the verdict of its last DEFAULT_MAX_CHARS bytes decoded with errors="replace"."""
+    rng = random.Random(seed)
+    row = rng.choice(ROWS)
+    raw = _shake(rng, row["log"]).encode("utf-8", errors="surrogatepass")
+    for _ in range(bad):
+        k = rng.randrange(len(raw) + 1)
+        raw = raw[:k] + rng.choice(_BAD_BYTES) + raw[k:]
+    raw = raw[cut:]
+    idle = rng.choice([None, row["idle_seconds"], 5000.0])
+    text = raw[-rules.DEFAULT_MAX_CHARS :].decode("utf-8", errors="replace")  # bytes are bounded in bytes
+    assert rules.classify(raw, idle_seconds=idle) == rules.classify(text, idle_seconds=idle)
+    assert rules.classify(raw, idle_seconds=idle) == rules._classify_reference(text, idle_seconds=idle)
+
+
+def test_a_file_read_as_bytes_gets_the_verdict_of_the_file_read_as_text(tmp_path) -> None:
+    """Given logs with invalid UTF-8 in the deciding line, in a line no rule reads, and a tail longer
+    than the read, `read_tail_bytes` + classify answers what `read_tail` + classify answers."""
+    oom = b"torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB \xff\xfe\n"
+    healthy = "".join(HEALTHY[:40]).encode("utf-8")
+    for i, data in enumerate([oom, healthy + b"noise \xc3\x28 here\n" + oom, b"\xe2\x82" + healthy[-50_000:],
+                              healthy * 3 + b"\xff" * 10]):
+        path = tmp_path / f"train{i}.log"
+        path.write_bytes(data)
+        assert rules.classify(rules.read_tail_bytes(path)) == rules.classify(rules.read_tail(path)), i
+    assert rules.classify(rules.read_tail_bytes(tmp_path / "train0.log")).state == "oom"
