@@ -35,7 +35,7 @@ import re
 from bisect import bisect_right
 from collections.abc import Callable
 from dataclasses import dataclass
-from itertools import compress
+from itertools import compress, pairwise
 from pathlib import Path
 from typing import Any
 
@@ -897,7 +897,7 @@ def _nan_after_values(window: str) -> int:
     at least three finite ones, with the steps never going back; else -1. (A table that merely
     holds a NaN cell has more columns, or no steps before it.)"""
     rows = [(int(m.group(1)), m.group(2), m.start()) for m in _STEP_VALUE_ROW.finditer(window)]
-    if len(rows) < 5 or any(b[0] < a[0] for a, b in zip(rows, rows[1:])):
+    if len(rows) < 5 or any(b[0] < a[0] for a, b in pairwise(rows)):
         return -1
     bad = [v.lstrip("+-") in ("nan", "inf") for _, v, _ in rows]
     if not (bad[-1] and bad[-2]) or sum(1 for b in bad if not b) < 3:
