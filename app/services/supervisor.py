@@ -58,6 +58,7 @@ from app.policy.provisioning import TrainerStatus
 from app.policy.supervision import HostProbe, SupervisorConfig, assess, route_triage
 from app.ports import HostShell
 from app.services.provisioning import ProvisioningService, Step
+from app.triage.rules import DEFAULT_TAIL_BYTES
 
 __all__ = [
     "Bundle",
@@ -216,7 +217,8 @@ def _probe_command(root: str) -> str:
         "echo '@@ALIVE'; if [ -f trainer.pid ] && kill -0 \"$(cat trainer.pid)\" 2>/dev/null; "
         "then echo yes; else echo no; fi; "
         "echo '@@EXIT'; cat slice.exit 2>/dev/null; echo; "
-        "echo '@@LOG'; tail -c 16384 job/train.log 2>/dev/null"
+        # The same read as `tuneharness triage FILE`, so both give one log the same verdict.
+        f"echo '@@LOG'; tail -c {DEFAULT_TAIL_BYTES} job/train.log 2>/dev/null"
     )
 
 

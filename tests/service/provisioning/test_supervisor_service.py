@@ -28,6 +28,7 @@ from app.services.supervisor import (
     SupervisorService,
     TriageAnswer,
     _first_step_wall,
+    _probe_command,
     parse_probe_output,
     remote_job_root,
 )
@@ -402,3 +403,22 @@ def test_probe_output_and_first_step_parsing() -> None:
            "2026-11-29T18:52:07.356Z step step=9 max_steps=40 loss=5.4\n")
     first = _first_step_wall(log, after_step=8, not_before_wall=0.0)
     assert first is not None and abs(first - 1795978327.356) < 1e-3
+
+
+def test_the_probe_reads_as_much_of_train_log_as_the_triage_cli(tmp_path: Path) -> None:
+    """Run in a real shell: the probe hands triage the same last 32 KB that `tuneharness triage
+    FILE` reads, so an OOM under 20 KB of launcher noise decides both verdicts alike."""
+    import subprocess
+
+    from app.triage.rules import DEFAULT_TAIL_BYTES, classify, read_tail
+
+    log = tmp_path / "job" / "train.log"
+    log.parent.mkdir()
+    noise = "".join(f"[rank{r}]:W1201 12:00:0{r % 10} torch/distributed/elastic/multiprocessing/api.py:897] "
+                    f"Sending process {4000 + r} closing signal SIGTERM (waiting for it to stop)\n" for r in range(150))
+    oom = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 8.00 GiB\n"
+    log.write_text("step 40 loss=1.2\n" * 2000 + oom + noise)
+    out = subprocess.run(["bash", "-c", _probe_command(str(tmp_path))], capture_output=True, text=True, check=True).stdout
+    parsed = parse_probe_output(out)
+    assert len(parsed["log"]) > 16_384 and len(parsed["log"].encode()) <= DEFAULT_TAIL_BYTES
+    assert classify(parsed["log"]).state == classify(read_tail(log)).state == "oom"
