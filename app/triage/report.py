@@ -126,6 +126,8 @@ def render() -> str:
         "REAL excerpts, eighth batch, test8 split (never tuned on)": real_rows("test8"),
         "REAL excerpts, ninth batch (every ecosystem, collected by state; no finished runs found), dev9 split (the rules were tuned on it)": real_rows("dev9"),
         "REAL excerpts, ninth batch, test9 split (never tuned on)": real_rows("test9"),
+        "REAL excerpts, tenth batch (2024-26 LLM and RL tooling first, by state), dev10 split (the rules were tuned on it)": real_rows("dev10"),
+        "REAL excerpts, tenth batch, test10 split (never tuned on)": real_rows("test10"),
     }
     parts = [_MARK, "", "## Measured: rules stage (no model, no LLM)", "",
              "| slice | tails | accuracy | rules unsure |", "|---|---:|---:|---:|"]
