@@ -462,8 +462,8 @@ _rule("offline-cache", "io_error", 87, ("localentrynotfounderror", "outgoing tra
       r"|download(?:ing)? (?:failed|error|interrupted|incomplete)|failed (?:to download|downloading)"
       r"|HeaderTooLarge|MetadataIncompleteBuffer|incomplete (?:download|file)"
       r"|PytorchStreamReader failed reading zip archive|invalid load key", confidence=0.9)
-_rule("s3", "io_error", 86, ("upload failed", "botocore", "s3", "nosuchbucket", "slowdown"),
-      r"botocore\.exceptions\.\w+|S3UploadFailedError|upload failed|NoSuchBucket|SlowDown",
+_rule("s3", "io_error", 86, ("upload failed", "botocore", "s3", "nosuchbucket", "slowdown", "failed to upload"),
+      r"botocore\.exceptions\.\w+|S3UploadFailedError|upload failed|NoSuchBucket|SlowDown|Failed to upload \S+ to\b",
       soft=True, confidence=0.85)
 _rule("retry-warn", "io_error", 35, ("retrying", "[retry "),
       r"Retrying in [\d.]+ ?s|\[Retry \d+/\d+\]|Retrying \(Retry\(total=|retrying after", soft=True,

@@ -296,6 +296,8 @@ def test_a_closing_summary_is_completion_only_with_no_failure_before_it() -> Non
         ("tensorflow.python.framework.errors_impl.InvalidArgumentError: logits and labels must be broadcastable: "
          "logits_size=[451801,7] labels_size=[451248,7]\n", "data_error"),
         ("76950 2.596339\n76960 2.735384\n76970 2.6265104\n76980 nan\n76990 nan\nSaving the model\n", "diverged"),
+        ('algo-1  | {"simapp_exception": {"function": "save_to_store", "message": "Exception [Failed to upload '
+         '/opt/ml/code/checkpoint/0_Step-0.ckpt.data-00000-of-00001 to bucket/rl-deepracer', "io_error"),
     ],
 )
 def test_how_real_logs_print_these(text: str, state: str) -> None:
