@@ -657,7 +657,7 @@ _semantic("sem-data", "data_error", 56,
 # --- completed ------------------------------------------------------------------------------------
 _rule("completed", "completed", 50,
       ("training is", "run is", "run complete", "completed in", "optimizer stripped", "exits successfully", "early stop", "run done", "final adapter saved", "training completed", "train_runtime", "train metrics", "training complete", "stopped:", "after training is done", "finished training", "training finished", "training done", "run finished", "saving final", "final model saved", "status: completed", "done training", "finished step=", "steps reached", "epochs reached", "iterations reached", "finish train", "shrink model to", "bestiteration =",
-       "average val", "average test", "final val", "final test"),
+       "average val", "average test", "final val", "final test", "end time of running main", "saved final"),
       r"Training completed\. Do not forget|Training Completed!|\btrain_runtime\b|\*{3,} train metrics \*{3,}"
       r"|`Trainer\.fit` stopped: `max_(?:epochs|steps)=\d+` reached|\[after training is done\]"
       r"|\b(?:training|run) (?:is )?(?:finished|complete(?:d)?|done)\b(?! *[:=] *(?:false|0))"
@@ -669,7 +669,10 @@ _rule("completed", "completed", 50,
       r"|\bEarly stop(?:ping)? at epoch \d+|\bEarly stopping triggered|^Epoch \d+: early stopping\b"
       r"|\bmax(?:imum)? (?:training )?(?:steps|epochs|iterations) reached\b|\bFinish train\b"  # llama-recipes, LightGBM
       r"|^Shrink model to first \d+ iterations|^bestIteration = \d+"  # CatBoost, at the end of fit
-      r"|^(?:Average|Final) (?:val\w*|test)\b[^\n]{0,40}\u00b1",  # the mean +- spread over repeated runs (OGB, DGL)
+      r"|^(?:Average|Final) (?:val\w*|test)\b[^\n]{0,40}\u00b1"  # the mean +- spread over repeated runs (OGB, DGL)
+      r"|End time of running main:"  # ms-swift, once main() returned
+      r"|\bSaved final (?:weights|model|adapters?|checkpoint)s? to\b"  # mlx-lm and many scripts, after the loop
+      r"|\bFinal validation metrics:",  # verl's trainer, on its last step before it returns
       confidence=0.95)
 # A run's closing summary (detectron2's hooks, DSSTNE). detectron2 prints it in a `finally`, after
 # an exception too, so it is completion only with no terminal failure before it (`_decide`).
@@ -939,6 +942,32 @@ def _exploding(text: str, window: str) -> tuple[str, str] | None:
     return None
 
 
+# "Epoch 10/10" (Keras, most hand-written loops), "Train epoch [1/1]", "epoch: 3/3": the counter
+# with the run's epoch count in it. A full bar after the LAST such counter, when it is at its count,
+# is the last epoch finished: the run's training loop is over.
+_EPOCH_OF = re.compile(r"\bepoch\s*[:\[]?\s*(\d+)\s*/\s*(\d+)\b")
+_FULL_BAR = re.compile(r"100%\||\b(\d+)/\1 \[[=>.]*=\]|\|\s*(\d+)/\2\b")
+
+
+def _final_epoch_done(text: str, window: str) -> tuple[str, ...] | None:
+    """Evidence that the last epoch ran to its end (its counter at the epoch count, a full bar
+    after it, no later counter), or None. `window` as in `_exploding`."""
+    if "epoch" not in window:
+        return None
+    last = None
+    for last in _EPOCH_OF.finditer(window):  # noqa: B007  (the last match is wanted)
+        pass
+    if last is None or last.group(1) != last.group(2) or int(last.group(1)) < 1:
+        return None
+    bar = None
+    for bar in _FULL_BAR.finditer(window, last.start()):  # noqa: B007
+        pass
+    if bar is None:
+        return None
+    base = len(text) - len(window)
+    return tuple(dict.fromkeys([_line_at(text, base + last.start()), _line_at(text, base + bar.start())]))
+
+
 _LAZY_MAX_WEIGHT = max(r.weight for r in _RULES if r.lazy)
 
 
@@ -1031,6 +1060,9 @@ def _decide(
     if progress_pos >= 0:
         if guess == "stalled":
             return Verdict("stalled", 0.9, (idle_evidence, progress_line), "idle-after-progress", "stalled")
+        final = _final_epoch_done(*tail(4096))
+        if final is not None:
+            return Verdict("completed", 0.8, final, "final-epoch-done", "completed")
         return Verdict("progressing", 0.9 if idle is not None else 0.85, (progress_line,), "progress", "progressing")
     if guess == "stalled":
         return Verdict("stalled", 0.8, (idle_evidence,), "idle", "stalled")

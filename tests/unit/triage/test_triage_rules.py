@@ -314,3 +314,31 @@ def test_a_bare_step_value_log_is_diverged_only_when_it_stays_nan() -> None:
     assert classify(rows + "76980 nan\n100 nan\n").state != "diverged"  # steps went back: not one series
     waiting = "Waiting in store based barrier to initialize process group for rank: 0, key: k (world_size=2)\n"
     assert classify(waiting + "{'loss': 0.91, 'grad_norm': 1.2, 'learning_rate': 2e-05, 'epoch': 0.1}\n").state == "progressing"
+
+
+@pytest.mark.parametrize("text", [
+    "[INFO:swift] last_model_checkpoint: /out/v0/checkpoint-93\n[INFO:swift] End time of running main: 2024-06-07 10:18:41.386561\n",
+    "Iter 1000: Saved adapter weights to adapters/adapters.safetensors and adapters/0001000_adapters.safetensors.\n"
+    "Saved final weights to adapters/adapters.safetensors.\n",
+    "step:200 - critic/score/mean:0.8 - actor/pg_loss:0.01\nFinal validation metrics: {'val/test_score/gsm8k': 0.72}\n",
+])
+def test_how_frameworks_print_the_end_of_a_run(text: str) -> None:
+    """ms-swift after main() returns, mlx-lm after its loop, verl on its last step (their sources print these)."""
+    assert classify(text).state == "completed"
+
+
+def test_the_last_epoch_run_to_its_end_is_a_finished_run() -> None:
+    """The epoch counter at the run's epoch count with a full bar after it (Keras, tqdm loops); not
+    a last epoch still running, not an earlier epoch's full bar, not a later fold starting over."""
+    keras = ("Epoch 9/10\n1875/1875 [==============================] - 5s 3ms/step - loss: 0.0401 - val_loss: 0.0731\n"
+             "Epoch 10/10\n")
+    done = keras + "1875/1875 [==============================] - 5s 3ms/step - loss: 0.0312 - val_loss: 0.0712\n"
+    assert (v := classify(done)).state == "completed" and v.rule == "final-epoch-done"
+    assert classify(keras + " 500/1875 [=======>......................] - ETA: 3s - loss: 0.0330\n").state == "progressing"
+    assert classify(done.replace("Epoch 10/10", "Epoch 10/12")).state == "progressing"
+    assert classify(done + "Fold 2/5\nEpoch 1/10\n 12/1875 [..............................] - ETA: 9s - loss: 2.3\n").state == "progressing"
+    bar = "Train epoch [1/1]: 100%|\u2588\u2588\u2588\u2588\u2588\u2588\u2588\u2588\u2588\u2588| 1000/1000 [1:00:00<00:00, rm_loss=0.12]\n"
+    assert classify(bar).state == "completed"
+    assert classify(bar.replace("100%", " 45%").replace("1000/1000", "450/1000")).state == "progressing"
+    assert classify(done + "torch.OutOfMemoryError: CUDA out of memory.\n").state == "oom"
+    assert classify(done, idle_seconds=5000).state == "stalled"  # a finished run's log stands still too: idle decides
