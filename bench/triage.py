@@ -6,7 +6,9 @@
 Rules: tails per second over the committed corpus (every split, tails as generated: mean ~1.2 KB),
 over the real excerpts from public issue threads as posted (`app/triage/data/real/`, mean ~0.9 KB),
 and the corpus rows as the chain reads them from a long log: healthy progress of the same framework
-before each tail, cut to the last 8 KB and the last 32 KB (the default read). Process CPU time, so
+before each tail, cut to the last 8, 16 and 32 KB (32 KB: what the CLI and the supervisor read), each
+as text and as the bytes `read_tail_bytes` hands over (`..._bytes`: no decode and re-encode of the
+whole tail; the CLI's path since session 5). Process CPU time, so
 other load on the machine counts less against it (the load average is printed). Run it pinned to
 one core (`taskset -c 0`) on a quiet machine; the best of a few passes is reported.
 

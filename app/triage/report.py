@@ -128,6 +128,8 @@ def render() -> str:
         "REAL excerpts, ninth batch, test9 split (never tuned on)": real_rows("test9"),
         "REAL excerpts, tenth batch (2024-26 LLM and RL tooling first, by state), dev10 split (the rules were tuned on it)": real_rows("dev10"),
         "REAL excerpts, tenth batch, test10 split (never tuned on)": real_rows("test10"),
+        "REAL excerpts, eleventh batch (logs unlike HF's: non-English, Windows, notebooks, Caffe/MXNet/Chainer/Lua Torch), dev11 split (the rules were tuned on it)": real_rows("dev11"),
+        "REAL excerpts, eleventh batch, test11 split (never tuned on)": real_rows("test11"),
     }
     parts = [_MARK, "", "## Measured: rules stage (no model, no LLM)", "",
              "| slice | tails | accuracy | rules unsure |", "|---|---:|---:|---:|"]
