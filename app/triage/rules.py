@@ -290,7 +290,9 @@ _rule("sigkill", "oom", 60, ("sigkill", "exitcode", "exit code", "return code", 
 # --- diverged: NaN/inf loss or grad norm, loss-scale underflow, exploding loss ---------------
 _INF_NEEDLES = ("nan", ": inf", "=inf", "= inf", "loss inf", "norm inf", "-inf", "+inf", "infinity", "'inf")
 _rule("nan-loss", "diverged", 94, _INF_NEEDLES,
-      r"""loss['"]?\s*[:=]?\s*['"]?(?:\[\s*|tensor\(\s*)?[-+]?(?:nan|inf(?:inity)?)\b""")
+      r"""loss['"]?\s*[:=]?\s*['"]?(?:\[\s*|tensor\(\s*)?[-+]?(?:nan|inf(?:inity)?)\b"""
+      # losses logged by their own names (GluonCV/MXNet metrics: CrossEntropy=nan, SmoothL1=nan)
+      r"""|\b(?:cross_?entropy|smooth_?l1|nll|bce|focal|kl_?div)\w*['"]?\s*[:=]\s*['"]?[-+]?nan\b""")
 _rule("nan-grad-norm", "diverged", 60, _INF_NEEDLES,
       r"""\bgrad[ _]norm['"]?\s*[:=]?\s*['"]?[-+]?(?:nan|inf(?:inity)?)\b""", confidence=0.8)
 _rule("loss-is-nan", "diverged", 95, ("nan", "non-finite", "not finite", "infinite", "loss is", "loss became", "loss has become", "detected inf", "inf loss", "inf gradient", "norm is inf", "norm was inf", "norm became inf"),
@@ -398,6 +400,10 @@ _rule("nccl-watchdog", "stalled", 92, ("before timing out", "watchdog", "timed o
       r"|watchdog got stuck|Heartbeat monitor timed out|Timeout at NCCL work"
       r"|Some NCCL operations have failed or timed out|collective operation timeout"
       r"|NCCL (?:watchdog )?timeout|Timed out waiting \d+ ?ms for send operation")
+# Huawei Ascend's HCCL: a collective waited past HCCL_EXEC_TIMEOUT for a peer's notify.
+_rule("hccl-timeout", "stalled", 91, ("notify record", "notify wait", "hccl_exec_timeout"),
+      r"has not received the Notify record from remote rank|Notify wait (?:execute )?timeout|HCCL_EXEC_TIMEOUT",
+      confidence=0.9)
 # Only the watchdog's C++ frames survived (the message line was cut off): the timeout path.
 _rule("nccl-watchdog-frames", "stalled", 78, ("checktimeout",),
       r"ProcessGroupNCCL::WorkNCCL::checkTimeout", confidence=0.85)
@@ -433,15 +439,16 @@ _rule("disk-full", "io_error", 96, ("disk is full", "no space left", "errno 28",
       r"No space left on device|\[Errno 28\]|Disk quota exceeded|StorageFull|\bENOSPC\b|disk (?:is )?full")
 _rule("permission", "io_error", 80, ("permission denied", "errno 13]"),
       r"PermissionError: \[Errno 13\]|\[Errno 13\] Permission denied", confidence=0.85)
-_rule("write-failed", "io_error", 95, ("write incomplete", "too many open files", "errno 24]", "pytorchstreamwriter", "errno 116]", "file write failed", "unexpected pos", "read-only file system", "input/output error", "stale file handle", "errno 5]", "errno 30]", "errno 122]"),
+_rule("write-failed", "io_error", 95, ("write incomplete", "too many open files", "errno 24]", "pytorchstreamwriter", "errno 116]", "file write failed", "unexpected pos", "read-only file system", "input/output error", "stale file handle", "errno 5]", "errno 30]", "errno 122]", "winerror 32]"),
       r"file write failed|PytorchStreamWriter failed|unexpected pos \d+ vs \d+|Read-only file system"
       r"|Input/output error|\[Errno (?:5|30|122|116|24)\]|Stale file handle|Too many open files"
-      r"|FileStream\.Write incomplete")
+      r"|FileStream\.Write incomplete|\[WinError 32\]")  # WinError 32: the file is held by another process
 _rule("ckpt-save-failed", "io_error", 85, ("to save", "to write", "checkpoint save", "checkpoint write", "checkpoint upload", "error saving", "error writing"),
       r"(?:failed|unable|could not) to (?:save|write) (?:the )?(?:checkpoint|model|state|adapter)"
       r"|Error writing (?:\(tmp\) )?checkpoint"
       r"|checkpoint (?:save|write|upload) failed|Error saving checkpoint", confidence=0.9)
-_rule("network", "io_error", 90, ("name or service", "no route", "chunkedencoding", "protocolerror", "aiohttp", "connect", "payload", "commerror", "run initialization", "timed out", "timeout", "name resolution", "getaddrinfo", "max retries", "ssl", "unreachable", "resolve", "reset by peer", "incompleteread", "broken pipe", "read operation timed out", "error: timed out", "timeout: timed out"),
+_rule("network", "io_error", 90, ("name or service", "no route", "chunkedencoding", "protocolerror", "aiohttp", "connect", "payload", "commerror", "run initialization", "timed out", "timeout", "name resolution", "getaddrinfo", "max retries", "ssl", "unreachable", "resolve", "reset by peer", "incompleteread", "broken pipe", "read operation timed out", "error: timed out", "timeout: timed out",
+                                    "urlopen error", "winerror 1006", "winerror 1005"),
       r"(?<!Rendezvous)ConnectionError|ConnectTimeout|ConnectTimeoutError|ReadTimeout(?:Error)?|Read timed out"
       r"|Max retries exceeded|Failed to establish a new connection|Connection refused"
       r"|Connection (?:reset|aborted|broken)|reset by peer|IncompleteRead|RemoteDisconnected"
@@ -450,7 +457,9 @@ _rule("network", "io_error", 90, ("name or service", "no route", "chunkedencodin
       r"|ChunkedEncodingError|ProtocolError|httpx\.(?:ConnectError|ReadError|RemoteProtocolError)"
       r"|aiohttp\.client_exceptions|EndpointConnectionError|couldn't connect to 'https?://"
       r"|Connection timed out|Response payload is not completed|CommError|Run initialization has timed out"
-      r"|The read operation timed out|(?:TimeoutError|socket\.timeout): timed out$",
+      r"|The read operation timed out|(?:TimeoutError|socket\.timeout): timed out$"
+      # urllib's wrapper of a socket error; Windows' socket errors (10060 timed out, 10054 reset, 10061 refused, ...)
+      r"|<urlopen error \[(?:WinError|Errno) \d+\]|\[WinError 100(?:5\d|6[01])\]",
       soft=True, confidence=0.95)
 _rule("http-error", "io_error", 88, ("gated repo", "is restricted", "server error", "client error", "hfhubhttperror", "httperror", "too many requests", "gateway", "service unavailable", "gatedrepoerror", "unauthorized", "forbidden"),
       r"\b5\d\d Server Error|\b429 Client Error|Too Many Requests|HfHubHTTPError|\bHTTPError\b"
@@ -505,21 +514,23 @@ _rule("dataset", "data_error", 94, ("datasetgeneration", "arrowinvalid", "arrowt
       r"|\bno (?:data|images?|samples|training (?:data|samples|images)|valid (?:data|samples|images)) (?:was |were )?found\b"
       r"|NonMatchingSplitsSizesError|doesn't match the expected schema|schema mismatch|KeyError: '(?:text|input|output|instruction|messages|conversations|label|labels|prompt|response|chosen|rejected|content|role|from|value|input_ids|attention_mask)'")
 _rule("batch-shape", "data_error", 90, ("batch_size", "did not return a loss", "target size", "labels", "target", "supply an encoding", "batch received was empty", "same device", "cannot be multiplied", "expected scalar type", "unscale fp16", "purely quantized", "stack expects",
-                                       "must be broadcastable", "incompatible shapes"),
+                                       "must be broadcastable", "incompatible shapes", "label must be",
+                                       "labels must be"),
       r"Expected input batch_size \(\d+\) to match target batch_size|did not return a loss from the inputs"
       r"|Target size \(.{0,40}\) must be the same as input size|labels? .{0,30}out of (?:range|bounds)"
       r"|Target \d+ is out of bounds|You should supply an encoding or a list of encodings"
       r"|The batch received was empty|Expected all tensors to be on the same device"
       r"|shapes cannot be multiplied|expected scalar type \w+ but found|Attempting to unscale FP16 gradients"
       r"|cannot perform fine-tuning on purely quantized models|stack expects each tensor to be equal size"
-      r"|logits and labels must be broadcastable|Incompatible shapes: \[", confidence=0.92)
+      r"|logits and labels must be broadcastable|Incompatible shapes: \["
+      r"|\blabels? must be (?:in \[|between|less than|non-?negative)", confidence=0.92)
 _rule("config", "data_error", 90, ("unknown ", "validationerror", "yaml.", "scannererror", "parsererror", "unexpected keyword argument",
                                    "not found in the base model", "please specify", "not a valid model identifier",
                                    "unrecognized", "size mismatch for", "loading state_dict", "missing key(s)",
                                    "configerror", "invalidconfig", "invalid config", "error: argument",
                                    "hfargumentparser", "invalid choice", "unknown optimizer", "unknown scheduler",
                                    "unknown model type", "unknown quantization", "does not appear to have a file named",
-                                   "configuration file", "cannot find config", "config.json"),
+                                   "configuration file", "cannot find config", "config.json", "invalid arguments!"),
       r"ValidationError|yaml\.(?:scanner|parser|constructor)\.\w+Error|ScannerError|ParserError"
       r"|got an unexpected keyword argument|Target modules .{0,80}not found in the base model"
       r"|Please specify `?\w+`? in|is not a valid model identifier|Unrecognized configuration class"
@@ -527,7 +538,8 @@ _rule("config", "data_error", 90, ("unknown ", "validationerror", "yaml.", "scan
       r"|ConfigError|InvalidConfig|Invalid config|unrecognized arguments:|error: argument"
       r"|Some specified arguments are not used by the HfArgumentParser|invalid choice:"
       r"|Unknown (?:optimizer|scheduler|model type|quantization)|does not appear to have a file named"
-      r"|configuration file .{0,40}not found|Cannot find config|config\.json.{0,20}not found",
+      r"|configuration file .{0,40}not found|Cannot find config|config\.json.{0,20}not found"
+      r"|^invalid arguments!",  # Lua Torch's argcheck, before the usage it prints
       confidence=0.92)
 _rule("config-hint", "data_error", 45, ("error: ",),
       r"^\S*Error: .{0,120}(?:should be (?:a|an|one of)|must be (?:a multiple|divisible|one of|greater|less|positive|set)|is not supported for)",
@@ -711,6 +723,7 @@ _PROGRESS_ALTERNATIVES = (
     r"^\|\s*\S+\s*\|\s*RUNNING\s*\|",  # Ray Tune's trial table
     r"\bepoch:?\s*\d+\s*\|\s*\w+ [-+]?\d+\.\d+\s*\|",  # CenterNet-style epoch lines: `epoch: 6 |tot 4.98 | hm 0.70 |`
     r"saving (?:model )?checkpoint to",
+    r"\bepoch\s*\[\s*\d+\s*\]\s*batch\s*\[\s*\d+\s*\]|\[epoch \d+\]\s*\[batch \d+\]",  # MXNet, GluonCV
 )
 _PROGRESS = re.compile("|".join(_PROGRESS_ALTERNATIVES), re.IGNORECASE)
 # The same matches as \bgrad[ _]norm...: the word boundary is checked after the literal "grad",
@@ -870,7 +883,7 @@ def _line_at(text: str, pos: int) -> str:
     return line
 
 
-_PROGRESS_MARKERS = ("%|", "loss", "step=", "iteration", "it/s", "s/it", "checkpoint to", "|")
+_PROGRESS_MARKERS = ("%|", "loss", "step=", "iteration", "it/s", "s/it", "checkpoint to", "|", "batch [", "[batch ")
 _PROGRESS_TRIES = 40
 
 
@@ -1289,8 +1302,8 @@ def _is_progress(line: str) -> bool:
         return _PROGRESS.search(line) is not None
     low = line.lower()
     loss = "loss" in low
-    tqdm, hf, nano, megatron, step, epoch, bare_loss, progress, table, kv_table, tune_table, epoch_table, saving = (
-        _PROGRESS_PARTS)
+    (tqdm, hf, nano, megatron, step, epoch, bare_loss, progress, table, kv_table, tune_table, epoch_table, saving,
+     mxnet) = _PROGRESS_PARTS
     return bool(
         ("%|" in low and tqdm.search(line))
         or ((loss or "grad_norm" in low or "learning_rate" in low) and hf.search(line))
@@ -1305,6 +1318,7 @@ def _is_progress(line: str) -> bool:
         or ("running" in low and low.startswith("|") and tune_table.search(line))
         or ("epoch" in low and "|" in low and epoch_table.search(line))
         or ("checkpoint to" in low and saving.search(line))
+        or ("batch" in low and "epoch" in low and mxnet.search(line))
     )
 
 

@@ -298,6 +298,20 @@ def test_a_closing_summary_is_completion_only_with_no_failure_before_it() -> Non
         ("76950 2.596339\n76960 2.735384\n76970 2.6265104\n76980 nan\n76990 nan\nSaving the model\n", "diverged"),
         ('algo-1  | {"simapp_exception": {"function": "save_to_store", "message": "Exception [Failed to upload '
          '/opt/ml/code/checkpoint/0_Step-0.ckpt.data-00000-of-00001 to bucket/rl-deepracer', "io_error"),
+        ("xgboost.core.XGBoostError: [17:19:30] src/objective/multiclass_obj.cc:75:\nCheck failed: label_error >= 0\n"
+         "SoftmaxMultiClassObj: label must be in [0, num_class), num_class=10 but\nfound 10 in label.\n", "data_error"),
+        ("luajit: [string \"argcheck\"]:9237:\nA dataset class for object detection.\n\ninvalid arguments!\n"
+         "stack traceback:\n    [C]: in function 'error'\n", "data_error"),
+        ("INFO:root:[Epoch 0][Batch 0], Speed: 2.362 samples/sec, CrossEntropy=18.623, SmoothL1=4.061\n"
+         "INFO:root:[Epoch 0][Batch 1], Speed: 10.102 samples/sec, CrossEntropy=nan, SmoothL1=nan\n", "diverged"),
+        ("PermissionError: [WinError 32] The process cannot access the file because it is being used by another "
+         "process: '1719.pth' -> 'GPT_weights/e15.ckpt'\n", "io_error"),
+        ("Downloading https://ultralytics.com/assets/Arial.ttf to C:\\Users\\me\nurllib.error.URLError: <urlopen error "
+         "[WinError 10060] A connection attempt failed>\n", "io_error"),
+        ("INFO:root:Epoch[6] Batch [450]  Speed: 492.58 samples/sec       accuracy=0.480291\n"
+         "INFO:root:Epoch[6] Batch [460]  Speed: 528.04 samples/sec       accuracy=0.480422\n", "progressing"),
+        ("[ERROR] Reason: The Notify register has not received the Notify record from remote rank: [24]. "
+         "(default 1800s, You can set the interval by using HCCL_EXEC_TIMEOUT.)\n", "stalled"),
     ],
 )
 def test_how_real_logs_print_these(text: str, state: str) -> None:
