@@ -401,8 +401,8 @@ _rule("nccl-watchdog", "stalled", 92, ("before timing out", "watchdog", "timed o
       r"|Some NCCL operations have failed or timed out|collective operation timeout"
       r"|NCCL (?:watchdog )?timeout|Timed out waiting \d+ ?ms for send operation")
 # Huawei Ascend's HCCL: a collective waited past HCCL_EXEC_TIMEOUT for a peer's notify.
-_rule("hccl-timeout", "stalled", 91, ("notify record", "notify wait", "hccl_exec_timeout"),
-      r"has not received the Notify record from remote rank|Notify wait (?:execute )?timeout|HCCL_EXEC_TIMEOUT",
+_rule("hccl-timeout", "stalled", 91, ("notify record", "hccl_exec_timeout"),
+      r"has not received the Notify record from remote rank|HCCL_EXEC_TIMEOUT",
       confidence=0.9)
 # Only the watchdog's C++ frames survived (the message line was cut off): the timeout path.
 _rule("nccl-watchdog-frames", "stalled", 78, ("checktimeout",),
