@@ -130,6 +130,8 @@ def render() -> str:
         "REAL excerpts, tenth batch, test10 split (never tuned on)": real_rows("test10"),
         "REAL excerpts, eleventh batch (logs unlike HF's: non-English, Windows, notebooks, Caffe/MXNet/Chainer/Lua Torch), dev11 split (the rules were tuned on it)": real_rows("dev11"),
         "REAL excerpts, eleventh batch, test11 split (never tuned on)": real_rows("test11"),
+        "REAL excerpts, twelfth batch (healthy logs that look alarming; XPU, Gaudi, TPU, ROCm, tabular ML), dev12 split (the rules were tuned on it)": real_rows("dev12"),
+        "REAL excerpts, twelfth batch, test12 split (never tuned on)": real_rows("test12"),
     }
     parts = [_MARK, "", "## Measured: rules stage (no model, no LLM)", "",
              "| slice | tails | accuracy | rules unsure |", "|---|---:|---:|---:|"]
