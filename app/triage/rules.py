@@ -375,6 +375,9 @@ _rule("ext-build", "cuda_fault", 70, ("error building extension", "ninja", "nvcc
       r"Error building extension '\w+'|ninja: build stopped: subcommand failed|nvcc: not found", confidence=0.75)
 _rule("bnb-nogpu-warn", "cuda_fault", 40, ("compiled without gpu support", "setting accelerator to cpu"),
       r"compiled without GPU support|Setting accelerator to CPU", soft=True, confidence=0.6)
+# Intel XPU (IPEX, torch.xpu): the Unified Runtime under SYCL failed a device call.
+_rule("xpu-runtime", "cuda_fault", 85, ("ur error", "ur_result_error"),
+      r"RuntimeError: UR error\b|\bUR_RESULT_ERROR_[A-Z_]+", confidence=0.9)
 _rule("cublas-fault", "cuda_fault", 85, ("cublas_status", "cudnn_status", "cuda error", "cudaerror", "cuda_error", "deferredcudacallerror", "find an engine", "cudnn algorithm"),
       r"CUBLAS_STATUS_(?:EXECUTION_FAILED|INTERNAL_ERROR|NOT_INITIALIZED|ARCH_MISMATCH|NOT_SUPPORTED)"
       r"|CUDNN_STATUS_(?:EXECUTION_FAILED|INTERNAL_ERROR|NOT_INITIALIZED|ARCH_MISMATCH|MAPPING_ERROR|NOT_SUPPORTED)"
@@ -724,6 +727,10 @@ _PROGRESS_ALTERNATIVES = (
     r"\bepoch:?\s*\d+\s*\|\s*\w+ [-+]?\d+\.\d+\s*\|",  # CenterNet-style epoch lines: `epoch: 6 |tot 4.98 | hm 0.70 |`
     r"saving (?:model )?checkpoint to",
     r"\bepoch\s*\[\s*\d+\s*\]\s*batch\s*\[\s*\d+\s*\]|\[epoch \d+\]\s*\[batch \d+\]",  # MXNet, GluonCV
+    # gradient boosting's evaluation lines: XGBoost/LightGBM `[1680]\tcv_agg's l1: 0.59`, `[2]\tvalidation-mlogloss:14.3`,
+    # the LightGBM CLI's `Iteration:40, valid_1 auc : 0.81`; Kaldi's `On iteration 221, learning rate is 0.0017`
+    r"^\[\d+\]\t[\w@-]+(?:'s [\w@-]+)?\s*:\s*[-+]?\d|\biteration:\d+, \S+ [\w@-]+ : [-+]?\d"
+    r"|\biteration \d+, learning rate is\b",
 )
 _PROGRESS = re.compile("|".join(_PROGRESS_ALTERNATIVES), re.IGNORECASE)
 # The same matches as \bgrad[ _]norm...: the word boundary is checked after the literal "grad",
@@ -883,7 +890,7 @@ def _line_at(text: str, pos: int) -> str:
     return line
 
 
-_PROGRESS_MARKERS = ("%|", "loss", "step=", "iteration", "it/s", "s/it", "checkpoint to", "|", "batch [", "[batch ")
+_PROGRESS_MARKERS = ("%|", "loss", "step=", "iteration", "it/s", "s/it", "checkpoint to", "|", "batch [", "[batch ", "]\t")
 _PROGRESS_TRIES = 40
 
 
@@ -1303,7 +1310,7 @@ def _is_progress(line: str) -> bool:
     low = line.lower()
     loss = "loss" in low
     (tqdm, hf, nano, megatron, step, epoch, bare_loss, progress, table, kv_table, tune_table, epoch_table, saving,
-     mxnet) = _PROGRESS_PARTS
+     mxnet, boosting) = _PROGRESS_PARTS
     return bool(
         ("%|" in low and tqdm.search(line))
         or ((loss or "grad_norm" in low or "learning_rate" in low) and hf.search(line))
@@ -1319,6 +1326,7 @@ def _is_progress(line: str) -> bool:
         or ("epoch" in low and "|" in low and epoch_table.search(line))
         or ("checkpoint to" in low and saving.search(line))
         or ("batch" in low and "epoch" in low and mxnet.search(line))
+        or (("]\t" in low or "iteration" in low) and boosting.search(line))
     )
 
 

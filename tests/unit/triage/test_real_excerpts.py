@@ -93,6 +93,11 @@ KNOWN_MISSES = {
                                          "periodic evaluation prints the same; the thread says it came at the end",
     "real-m-charrnn-tf-last-save": "a save after the last batch of epoch 49: periodic saves read the same; only the "
                                    "schedule (50 epochs, counted from 0) says it was the last",
+    "real-v-xgboost-optuna-mlogloss-explode-7941": "sklearn's 'Input contains NaN, infinity' is about the input data as "
+                                                   "often as about predictions; only the logged mlogloss jumping from "
+                                                   "14 to 36.8 and staying there says the model blew up",
+    "real-u-hvd-stalled-ops-tacc-457": "Horovod's stall warnings, then a timed checkpoint save that reads as progress; "
+                                       "the warning after it is cut mid-line (soft evidence counts from its first line)",
 }
 
 

@@ -312,6 +312,14 @@ def test_a_closing_summary_is_completion_only_with_no_failure_before_it() -> Non
          "INFO:root:Epoch[6] Batch [460]  Speed: 528.04 samples/sec       accuracy=0.480422\n", "progressing"),
         ("[ERROR] Reason: The Notify register has not received the Notify record from remote rank: [24]. "
          "(default 1800s, You can set the interval by using HCCL_EXEC_TIMEOUT.)\n", "stalled"),
+        ('  File ".../stochastic_depth.py", line 41, in stochastic_depth\n    noise = noise.bernoulli_(survival_rate)\n'
+         "RuntimeError: UR error\n", "cuda_fault"),
+        ("[1660]\tcv_agg's l1: 0.598639\n[LightGBM] [Warning] No further splits with positive gain, best gain: -inf\n"
+         "[1680]\tcv_agg's l1: 0.598635\n", "progressing"),
+        ("[LightGBM] [Info] Iteration:43, valid_1 auc : 0.81749\n[LightGBM] [Info] 0.229720 seconds elapsed, finished "
+         "iteration 43\n[LightGBM] [Warning] No further splits with positive gain, best gain: -inf\n", "progressing"),
+        ("2017-09-08 03:21:23,778 [steps/libs/nnet3/train/chain_objf/acoustic_model.py:301 - train_one_iteration - "
+         "INFO ] On iteration 221, learning rate is 0.00169775612772.\n", "progressing"),
     ],
 )
 def test_how_real_logs_print_these(text: str, state: str) -> None:
