@@ -132,6 +132,8 @@ def render() -> str:
         "REAL excerpts, eleventh batch, test11 split (never tuned on)": real_rows("test11"),
         "REAL excerpts, twelfth batch (healthy logs that look alarming; XPU, Gaudi, TPU, ROCm, tabular ML), dev12 split (the rules were tuned on it)": real_rows("dev12"),
         "REAL excerpts, twelfth batch, test12 split (never tuned on)": real_rows("test12"),
+        "REAL excerpts, thirteenth batch (healthy runs with alarming lines; failures as they print), dev13 split (the rules were tuned on it)": real_rows("dev13"),
+        "REAL excerpts, thirteenth batch, test13 split (never tuned on)": real_rows("test13"),
     }
     parts = [_MARK, "", "## Measured: rules stage (no model, no LLM)", "",
              "| slice | tails | accuracy | rules unsure |", "|---|---:|---:|---:|"]
