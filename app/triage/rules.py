@@ -237,8 +237,13 @@ def _lower_same_length(text: str) -> str:
 
 
 def _scale_below_one(m: re.Match[str]) -> bool:
+    """The loss scale fell below 1, or the scaler is at its floor and still overflowing
+    (DeepSpeed's `Attempted loss scale: 1, reducing to 1`: min_loss_scale reached, every step skipped)."""
     try:
-        return float(m.group("scale")) < 1.0
+        groups = m.groupdict()
+        if groups.get("scale") is not None:
+            return float(groups["scale"]) < 1.0
+        return float(groups["to"]) < 1.0 or float(groups["attempt"]) == float(groups["to"])
     except (TypeError, ValueError):
         return False
 
@@ -306,7 +311,8 @@ _rule("min-loss-scale", "diverged", 96, ("decrease scale", "minimum loss scale",
       r"Minimum loss scale reached|loss scale already at minimum|cannot decrease scale anymore|grad_scale is too small"
       r"|loss[ _]scale (?:has )?(?:underflow|reached (?:the )?minimum|fell below|too small)")
 _rule("scale-underflow", "diverged", 90, ("reducing loss scale to", "reducing to", "setting loss scale to"),
-      r"(?:reducing loss scale to|Attempted loss scale: \S+, reducing to|setting loss scale to:?) (?P<scale>[0-9.eE+-]+)",
+      r"(?:reducing loss scale to|setting loss scale to:?) (?P<scale>[0-9.eE+-]+)"
+      r"|Attempted loss scale: (?P<attempt>[0-9.eE+-]+), reducing to (?P<to>[0-9.eE+-]+)",
       check=_scale_below_one)
 # icefall/k2 warn while the fp16 grad scale is below 1 (it may recover) and give up below 1e-5
 # ("grad_scale is too small"): a scale that far down is an overflow that never ends.
@@ -518,7 +524,7 @@ _rule("dataset", "data_error", 94, ("datasetgeneration", "arrowinvalid", "arrowt
       r"|NonMatchingSplitsSizesError|doesn't match the expected schema|schema mismatch|KeyError: '(?:text|input|output|instruction|messages|conversations|label|labels|prompt|response|chosen|rejected|content|role|from|value|input_ids|attention_mask)'")
 _rule("batch-shape", "data_error", 90, ("batch_size", "did not return a loss", "target size", "labels", "target", "supply an encoding", "batch received was empty", "same device", "cannot be multiplied", "expected scalar type", "unscale fp16", "purely quantized", "stack expects",
                                        "must be broadcastable", "incompatible shapes", "label must be",
-                                       "labels must be"),
+                                       "labels must be", "_obj.cc:", "_obj.cu:"),
       r"Expected input batch_size \(\d+\) to match target batch_size|did not return a loss from the inputs"
       r"|Target size \(.{0,40}\) must be the same as input size|labels? .{0,30}out of (?:range|bounds)"
       r"|Target \d+ is out of bounds|You should supply an encoding or a list of encodings"
@@ -526,7 +532,11 @@ _rule("batch-shape", "data_error", 90, ("batch_size", "did not return a loss", "
       r"|shapes cannot be multiplied|expected scalar type \w+ but found|Attempting to unscale FP16 gradients"
       r"|cannot perform fine-tuning on purely quantized models|stack expects each tensor to be equal size"
       r"|logits and labels must be broadcastable|Incompatible shapes: \["
-      r"|\blabels? must be (?:in \[|between|less than|non-?negative)", confidence=0.92)
+      r"|\blabels? must be (?:in \[|between|less than|non-?negative)"
+      r"|_obj\.(?:cc|cu):\d+: Check failed:", confidence=0.92)  # XGBoost's objectives check labels against predictions
+# ultralytics drops each image whose label names a class beyond the dataset's (soft: the rest may train)
+_rule("label-class", "data_error", 85, ("exceeds dataset class count",),
+      r"Label class \d+ exceeds dataset class count \d+", soft=True, confidence=0.9)
 _rule("config", "data_error", 90, ("unknown ", "validationerror", "yaml.", "scannererror", "parsererror", "unexpected keyword argument",
                                    "not found in the base model", "please specify", "not a valid model identifier",
                                    "unrecognized", "size mismatch for", "loading state_dict", "missing key(s)",
@@ -561,7 +571,10 @@ _rule("python-bug", "data_error", 40, ("error:", "exception:", "assertionerror")
 _rule("traceback-any", "data_error", 30, ("traceback (most recent call last)", "error: ", "exception: "),
       r"^Traceback \(most recent call last\)|^[\w.]*(?:Error|Exception): ", confidence=0.45)
 _rule("error-words", "data_error", 25, ("fatal", "error", "abort", "failed", "crash", "exception"),
-      r"^(?![^\n]*warn)[^\n]*?\b(?:fatal|error|aborting|aborted|failed|crashed|exception)\b", soft=True, confidence=0.4)
+      # not on warnings: lines saying "warn", or in glog's/TensorFlow's format a W-level line
+      # ("W0821 01:57:42.623 ..." or "2020-06-08 05:30:15.889706: W tensorflow/...")
+      r"^(?![^\n]*warn)(?!w\d{4} |[\d-]+ [\d:.]+: w )[^\n]*?\b(?:fatal|error|aborting|aborted|failed|crashed|exception)\b",
+      soft=True, confidence=0.4)
 _rule("abort", "cuda_fault", 35, ("aborted (core dumped)", "sigabrt", "terminate called"),
       r"Aborted \(core dumped\)|SIGABRT|terminate called after throwing", confidence=0.45)
 

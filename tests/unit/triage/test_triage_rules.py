@@ -320,10 +320,30 @@ def test_a_closing_summary_is_completion_only_with_no_failure_before_it() -> Non
          "iteration 43\n[LightGBM] [Warning] No further splits with positive gain, best gain: -inf\n", "progressing"),
         ("2017-09-08 03:21:23,778 [steps/libs/nnet3/train/chain_objf/acoustic_model.py:301 - train_one_iteration - "
          "INFO ] On iteration 221, learning rate is 0.00169775612772.\n", "progressing"),
+        ("  0%|▋      | 100/24128 [00:40<2:39:03,  2.52it/s][2021-11-27 00:36:55,985] [INFO] [stage2.py:1628:step] "
+         "[deepscale] OVERFLOW! Rank 0 Skipping step. Attempted loss scale: 1, reducing to 1\n"
+         "  0%|▋      | 101/24128 [00:41<2:39:00,  2.52it/s]\n", "diverged"),
+        ("train: WARNING  C:\\yolo\\train\\images\\s12.png: ignoring corrupt image/label: Label class 3 exceeds dataset "
+         "class count 1. Possible class labels are 0-0\n", "data_error"),
+        ("ml.dmlc.xgboost4j.java.XGBoostError: [21:47:23] /src/objective/regression_obj.cu:66: Check failed: "
+         "preds.Size() == info.labels_.Size() (13026 vs. 6513) : labels are not correctly provided\n", "data_error"),
+        ("Epoch 10/10\n70/70 [==============================] - 7s 99ms/step - loss: 0.0863 - accuracy: 0.9735\n"
+         "2020-06-08 05:30:15.889706: W tensorflow/core/kernels/data/generator_dataset_op.cc:103] Error occurred when "
+         "finalizing GeneratorDataset iterator: Cancelled: Operation was cancelled\n", "completed"),
     ],
 )
 def test_how_real_logs_print_these(text: str, state: str) -> None:
     assert classify(text).state == state
+
+
+def test_a_scaler_at_its_floor_is_diverged_but_one_above_it_is_not() -> None:
+    """DeepSpeed at `min_loss_scale` (1) and still overflowing skips every step; an ordinary overflow
+    that halves the scale from 65536 is what fp16 runs print all the time."""
+    at_floor = "[deepscale] OVERFLOW! Rank 0 Skipping step. Attempted loss scale: 1, reducing to 1\n"
+    routine = "[deepscale] OVERFLOW! Rank 0 Skipping step. Attempted loss scale: 65536, reducing to 32768\n"
+    step = "{'loss': 0.91, 'grad_norm': 1.2, 'learning_rate': 2e-05, 'epoch': 0.1}\n"
+    assert classify(at_floor).state == "diverged"
+    assert classify(routine + step).state == "progressing"
 
 
 def test_a_bare_step_value_log_is_diverged_only_when_it_stays_nan() -> None:
