@@ -134,6 +134,8 @@ def render() -> str:
         "REAL excerpts, twelfth batch, test12 split (never tuned on)": real_rows("test12"),
         "REAL excerpts, thirteenth batch (healthy runs with alarming lines; failures as they print), dev13 split (the rules were tuned on it)": real_rows("dev13"),
         "REAL excerpts, thirteenth batch, test13 split (never tuned on)": real_rows("test13"),
+        "REAL excerpts, fourteenth batch (device faults and divergence only), dev14 split (the rules were tuned on it)": real_rows("dev14"),
+        "REAL excerpts, fourteenth batch, test14 split (never tuned on)": real_rows("test14"),
     }
     parts = [_MARK, "", "## Measured: rules stage (no model, no LLM)", "",
              "| slice | tails | accuracy | rules unsure |", "|---|---:|---:|---:|"]
