@@ -305,7 +305,9 @@ _rule("loss-is-nan", "diverged", 95, ("nan", "non-finite", "not finite", "infini
       r"|non-finite (?:loss|gradient|grad norm|values?)|is not finite|returned nan values"
       r"|found NaN in local grad norm|NaN or Inf found in input tensor|detected (?:inf|nan)"
       r"|(?:nan|inf) (?:loss|gradients?) detected|loss contains nan|Encountered nan"
-      r"|grad(?:ient)?[ _]norm (?:is|was|became) (?:nan|inf)")
+      r"|grad(?:ient)?[ _]norm (?:is|was|became) (?:nan|inf)"
+      # TensorFlow's CheckNumerics (clip_by_global_norm's, or tf.debugging.check_numerics on a loss)
+      r"|Found Inf or NaN global norm|Tensor had (?:NaN|Inf) values")
 _rule("min-loss-scale", "diverged", 96, ("decrease scale", "minimum loss scale", "already at minimum", "underflow", "reached minimum", "scale is too small",
                                          "reached the minimum", "fell below", "too small"),
       r"Minimum loss scale reached|loss scale already at minimum|cannot decrease scale anymore|grad_scale is too small"

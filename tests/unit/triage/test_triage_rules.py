@@ -327,6 +327,8 @@ def test_a_closing_summary_is_completion_only_with_no_failure_before_it() -> Non
          "class count 1. Possible class labels are 0-0\n", "data_error"),
         ("ml.dmlc.xgboost4j.java.XGBoostError: [21:47:23] /src/objective/regression_obj.cu:66: Check failed: "
          "preds.Size() == info.labels_.Size() (13026 vs. 6513) : labels are not correctly provided\n", "data_error"),
+        ("tensorflow.python.framework.errors_impl.InvalidArgumentError: Found Inf or NaN global norm. : Tensor had NaN "
+         "values\n\t [[{{node VerifyFinite/CheckNumerics}} = CheckNumerics[T=DT_FLOAT]]]\n", "diverged"),
         ("Epoch 10/10\n70/70 [==============================] - 7s 99ms/step - loss: 0.0863 - accuracy: 0.9735\n"
          "2020-06-08 05:30:15.889706: W tensorflow/core/kernels/data/generator_dataset_op.cc:103] Error occurred when "
          "finalizing GeneratorDataset iterator: Cancelled: Operation was cancelled\n", "completed"),
