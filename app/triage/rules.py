@@ -1449,14 +1449,13 @@ def classify(
     """
     if not isinstance(tail, str):
         raw = bytes(tail[-max_chars:])
-        if b"\xe2\x84\xaa" in raw:  # the Kelvin sign (see below)
-            return classify(raw.decode("utf-8", errors="replace"), idle_seconds=idle_seconds,
-                            stall_after_s=stall_after_s, max_chars=max_chars)
-        try:
-            return _classify_encoded(raw, idle_seconds=idle_seconds, stall_after_s=stall_after_s)
-        except (UnicodeDecodeError, _MemoryEmptied):
-            return classify(raw.decode("utf-8", errors="replace"), idle_seconds=idle_seconds,
-                            stall_after_s=stall_after_s, max_chars=max_chars)
+        if b"\xe2\x84\xaa" not in raw:  # the Kelvin sign (see below): the text path
+            try:
+                return _classify_encoded(raw, idle_seconds=idle_seconds, stall_after_s=stall_after_s)
+            except (UnicodeDecodeError, _MemoryEmptied):
+                pass
+        return classify(raw.decode("utf-8", errors="replace"), idle_seconds=idle_seconds,
+                        stall_after_s=stall_after_s, max_chars=max_chars)
     text = tail[-max_chars:] if len(tail) > max_chars else tail
     if not text.isascii() and "\u212a" in text:
         # The Kelvin sign lowercases to an ASCII "k", which bytes.lower() does not know.

@@ -118,6 +118,15 @@ class Fleet:
         self.market.destroy(inst)
         return self.schedule(self.svc.observe(job_id, self.status(inst, None)))
 
+    def recover_with_hedges(self, job_id: str) -> list[Any]:
+        """Train the job, lose its host, run until it trains again and every standby job it
+        started has ended; its standby holds then."""
+        self.train(job_id)
+        self.lose(job_id)
+        self.run(lambda: job_id in self.handed)
+        self.run(lambda: self.standby_jobs_ended(job_id))
+        return [h for h in self.svc.pool.held(owner=job_id) if h.standby]
+
     def standby_jobs_ended(self, owner: str) -> bool:
         """Every standby job of `owner` is done or failed."""
         return all(s[0].phase in ("done", "failed") for j in self.svc.pool.standby_jobs(owner)
@@ -367,11 +376,7 @@ def test_hedges_beyond_the_pool_get_only_the_ordinary_hold_and_the_sweep_release
     """Without a pool, the hedges that lost the race are held for the ordinary 10 minutes only, then
     destroyed by the sweep (they never held work); the recovered job keeps training."""
     f = Fleet(tmp_path, slow=("m-1",))
-    f.train("job-a")
-    f.lose("job-a")
-    f.run(lambda: "job-a" in f.handed)
-    f.run(lambda: f.standby_jobs_ended("job-a"))
-    extras = [h for h in f.svc.pool.held(owner="job-a") if h.standby]
+    extras = f.recover_with_hedges("job-a")
     assert extras and all(h.hold_until <= h.verified_at + f.svc.cfg.hold_s for h in extras)
     f.clock.set(max(h.hold_until for h in extras) + 1)
     report = f.svc.sweep_holds()
@@ -642,11 +647,7 @@ def test_a_standby_host_held_long_for_a_recovery_that_took_another_gets_the_ordi
     sweep gives the long-held host (beyond the job's pool of 0) the ordinary 10-minute hold, then
     releases it: it does not bill until its kill-time (found in the Celery hedged-recovery test)."""
     f = Fleet(tmp_path, slow=("m-1",))
-    f.train("job-a")
-    f.lose("job-a")
-    f.run(lambda: "job-a" in f.handed)
-    f.run(lambda: f.standby_jobs_ended("job-a"))
-    held = [h for h in f.svc.pool.held(owner="job-a") if h.standby]
+    held = f.recover_with_hedges("job-a")
     assert held
     now = f.clock.now()
     long_one = held[0]

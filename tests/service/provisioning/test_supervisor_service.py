@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
+import subprocess
 import time
 from pathlib import Path
 
@@ -33,6 +34,7 @@ from app.services.supervisor import (
     remote_job_root,
 )
 from app.ssh import HostUnreachable
+from app.triage.rules import DEFAULT_TAIL_BYTES, classify, read_tail
 from providers.sim.clock import VirtualClock
 from providers.sim.market import SimMarket
 from providers.sim.trace import load_trace
@@ -408,10 +410,6 @@ def test_probe_output_and_first_step_parsing() -> None:
 def test_the_probe_reads_as_much_of_train_log_as_the_triage_cli(tmp_path: Path) -> None:
     """Run in a real shell: the probe hands triage the same last 32 KB that `tuneharness triage
     FILE` reads, so an OOM under 20 KB of launcher noise decides both verdicts alike."""
-    import subprocess
-
-    from app.triage.rules import DEFAULT_TAIL_BYTES, classify, read_tail
-
     log = tmp_path / "job" / "train.log"
     log.parent.mkdir()
     noise = "".join(f"[rank{r}]:W1201 12:00:0{r % 10} torch/distributed/elastic/multiprocessing/api.py:897] "
