@@ -349,16 +349,16 @@ def triage_real_logs() -> None:
     from app.triage.rules import STATES
 
     # Every real test half (never tuned on, never trained on) in one `triage --jsonl` call (the
-    # model loads once); the table shows the latest batch's first excerpt of each state.
-    latest = REAL_BATCHES[-1][1]
+    # model loads once); the table shows, per state, the first excerpt of the latest batch that has it.
     rows = [r for _, test in REAL_BATCHES for r in real_rows(test)]
     path = DEMO / "triage.jsonl"
     path.write_text("".join(json.dumps({"id": r["id"], "log": r["log"], "idle_seconds": r["idle_seconds"]}) + "\n"
                             for r in rows))
     out = sh("triage", "--jsonl", str(path), show=False)
     got = {g["id"]: g for g in map(json.loads, out.stdout.splitlines())}
-    mine = [r for r in rows if r["split"] == f"real-{latest}"]
-    picked = [next(r for r in mine if r["state"] == state) for state in STATES if any(r["state"] == state for r in mine)]
+    latest_first = [r for _, test in reversed(REAL_BATCHES) for r in rows if r["split"] == f"real-{test}"]
+    picked = [next(r for r in latest_first if r["state"] == state) for state in STATES
+              if any(r["state"] == state for r in rows)]
     table = Table("excerpt", "the thread's own label", "chain", "stage", "what the supervisor does")
     for r in picked:
         g = got[r["id"]]
@@ -368,6 +368,14 @@ def triage_real_logs() -> None:
     right = sum(1 for r in rows if got[r["id"]]["state"] == r["state"])
     console.print(f"all {len(rows)} real test excerpts ({len(REAL_BATCHES)} batches), just now: chain right on "
                   f"[bold]{right}[/] ({right / len(rows):.3f}); per state and per batch: `python bench/triage_real.py`")
+    # One train.log as a file: a rank's OOM under ~18 KB of the launcher's SIGTERM noise, a stray
+    # non-UTF-8 byte in it. The CLI (and the supervisor's probe) read its last 32 KB as bytes.
+    noise = "".join(f"[rank{r}]:W1201 12:00:0{r % 10} torch/distributed/elastic/multiprocessing/api.py:897] "
+                    f"Sending process {4000 + r} closing signal SIGTERM\n" for r in range(160))
+    log = DEMO / "train.log"
+    log.write_bytes(b"step 40 loss=1.2 \xff\n" * 2000 + b"[rank3]: torch.OutOfMemoryError: CUDA out of memory. "
+                    b"Tried to allocate 8.00 GiB\n" + noise.encode())
+    sh("triage", str(log), "--no-specialist", "--no-llm")
 
 
 def main() -> None:
