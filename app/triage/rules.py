@@ -953,31 +953,29 @@ def _exploding(text: str, window: str) -> tuple[str, str] | None:
     """(rule, evidence) for an exploding loss or one collapsed to exactly 0.0, or None.
 
     `window` is the last 4,096 characters of `text` (the tail, or an end of it that begins at a
-    line start), lowercased.
+    line start), lowercased (its ASCII letters, at least: see `_tail_of`).
     """
     if "nan" in window:
         nan_row = _nan_after_values(window)
         if nan_row >= 0:
             return "loss-column-nan", _line_at(text, len(text) - len(window) + nan_row)
-    if window.count("loss") < 3:
+    found = _LOSS_VALUE.findall(window)  # every match is a number float() reads (\d: any script)
+    if len(found) < 3:
         return None
-    values: list[tuple[float, int]] = []
-    for m in _LOSS_VALUE.finditer(window):
-        try:
-            values.append((float(m.group(1)), m.start()))
-        except ValueError:
-            continue
-    if len(values) < 3:
-        return None
-    values = values[-50:]
-    last, pos = values[-1]
-    floor = min(v for v, _ in values)
+    values = list(map(float, found[-50:]))
+    last, floor = values[-1], min(values)
     if last >= 1e3 and last >= 20 * max(floor, 1e-3):
-        return "loss-exploding", _line_at(text, len(text) - len(window) + pos)
-    if len(values) >= 4 and values[-1][0] == 0.0 and values[-2][0] == 0.0 and max(v for v, _ in values[:-2]) > 0.05:
-        # fp16 runs whose loss collapses to exactly 0.0 (NaN logged as 0): suspicious, not proof.
-        return "loss-zero", _line_at(text, len(text) - len(window) + pos)
-    return None
+        name = "loss-exploding"
+    elif len(values) >= 4 and values[-1] == 0.0 and values[-2] == 0.0 and max(values[:-2]) > 0.05:
+        name = "loss-zero"  # fp16 runs whose loss collapses to exactly 0.0 (NaN logged as 0): suspicious, not proof
+    else:
+        return None
+    # The last value's line: matches start at a "loss" and cannot overlap, so the last match is the
+    # one at the last "loss" where the pattern matches.
+    at = window.rfind("loss")
+    while (m := _LOSS_VALUE.match(window, at)) is None:
+        at = window.rfind("loss", 0, at)
+    return name, _line_at(text, len(text) - len(window) + m.start())
 
 
 # "Epoch 10/10" (Keras, most hand-written loops), "Train epoch [1/1]", "epoch: 3/3": the counter
@@ -1519,8 +1517,21 @@ def _classify_encoded(raw: bytes, *, idle_seconds: float | None, stall_after_s: 
 
 
 def _tail_of(raw: bytes, n: int) -> tuple[str, str]:
-    """(the end of the encoded tail from the line start before its last 4n bytes, decoded; its
-    last n characters lowercased): what `_decide` reads near the end, without decoding it all."""
-    start = raw.rfind(b"\n", 0, max(0, len(raw) - 4 * n)) + 1
-    text = raw[start:].decode("utf-8")
-    return text, _lower_same_length(text[-n:])
+    """(an end of the encoded tail that starts at a line start and holds its last n characters,
+    decoded; those n characters lowercased): what `_decide` reads near the end, without decoding
+    it all. n bytes hold at most n characters, and 4n bytes at least n; mostly n bytes are n."""
+    back = n
+    while True:
+        start = raw.rfind(b"\n", 0, max(0, len(raw) - back)) + 1
+        text = raw[start:].decode("utf-8")
+        if len(text) >= n or start == 0:
+            break
+        back += 4 * (n - len(text))  # each character still missing is at most 4 bytes
+    if text.isascii():
+        return text, text[-n:].lower()
+    # bytes.lower() lowercases the ASCII letters only, at C speed (str.lower() on non-ASCII text
+    # looks up every character). Every pattern read in this window is ASCII letters, digits and
+    # classes (\d, \s, \w) that no case mapping changes, so it reads the same in either; the
+    # Kelvin sign, the one character that lowercases to ASCII, never comes this way (`classify`).
+    low = raw[start:].lower().decode("utf-8")
+    return text, low[-n:]

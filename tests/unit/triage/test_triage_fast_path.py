@@ -104,6 +104,27 @@ def test_a_line_is_a_candidate_for_exactly_the_rules_it_holds_a_needle_of(line: 
     assert found == expected
 
 
+# What the end-of-log checks read (loss series, epoch counters, bars, NaN rows, grad norms), and
+# letters outside ASCII that case mapping changes, one that lowercases to two characters, digits
+# of other scripts, and characters of two to four bytes.
+_END_PARTS = ["loss", "Loss: ", "'loss': ", "loss=", "1.5", "2e3", "4000.0", "0.0", "nan", "inf", "-inf", "Epoch 3/3",
+              "epoch: 2/2", "100%|", "██████████|", " 10/10 [==========]", "[=====>....]", "grad_norm: ", "\n", "\n",
+              "12 ", "\t", " ", "Σ", "É", "Д", "İ", "ǅ", "Ⅰ", "٣", "é", "€", "😀", "ß", "ΣLOSS", "ÉPOCH",
+              "{'loss': 0.4821, 'grad_norm': 1.25, 'learning_rate': 1.9e-05, 'epoch': 0.51}\n" * 8]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from(_END_PARTS), max_size=200), st.integers(0, 6000), st.booleans())
+def test_the_end_of_a_tail_outside_ascii_reads_as_the_reference_reads_it(parts: list[str], pad: int,
+                                                                          bar: bool) -> None:
+    """Property: the end-of-log checks give the reference verdict on tails that are not ASCII (the
+    fast path lowercases that window as bytes, which leaves non-ASCII letters as they are)."""
+    filler = ("Σ step ██ ok\n" if bar else "step ok\n") * (pad // 12)
+    tail = filler + "".join(parts)
+    for log in (tail, tail.encode("utf-8")):
+        assert rules.classify(log, idle_seconds=30) == rules._classify_reference(tail, idle_seconds=30)
+
+
 _OLD_LOSS_VALUE = re.compile(r"""(?:['"]loss['"]\s*:\s*|\bloss\s*[=:]?\s*)([-+]?\d+(?:\.\d+)?(?:e[-+]?\d+)?)""")
 
 
