@@ -687,11 +687,13 @@ _semantic("sem-data", "data_error", 56,
 # --- completed ------------------------------------------------------------------------------------
 _rule("completed", "completed", 50,
       ("training is", "run is", "run complete", "completed in", "optimizer stripped", "exits successfully", "early stop", "run done", "final adapter saved", "training completed", "train_runtime", "train metrics", "training complete", "stopped:", "after training is done", "finished training", "training finished", "training done", "run finished", "saving final", "final model saved", "status: completed", "done training", "finished step=", "steps reached", "epochs reached", "iterations reached", "finish train", "shrink model to", "bestiteration =",
-       "average val", "average test", "final val", "final test", "end time of running main", "saved final"),
+       "average val", "average test", "final val", "final test", "end time of running main", "saved final",
+       "training was", "run was", "saving the final", "max epochs num!", "max frames num!", "*** best metric:",
+       "saved pipeline to output directory", "train completed, best_metric"),
       r"Training completed\. Do not forget|Training Completed!|\btrain_runtime\b|\*{3,} train metrics \*{3,}"
       r"|`Trainer\.fit` stopped: `max_(?:epochs|steps)=\d+` reached|\[after training is done\]"
-      r"|\b(?:training|run) (?:is )?(?:finished|complete(?:d)?|done)\b(?! *[:=] *(?:false|0))"
-      r"|finished training|done training|saving final (?:model|adapter|checkpoint)"
+      r"|\b(?:training|run) (?:is |was )?(?:finished|complete(?:d)?|done)\b(?! *[:=] *(?:false|0))"  # ESPnet: "was"
+      r"|finished training|done training|saving (?:the )?final (?:model|adapter|checkpoint)"  # DeepSpeed-Chat: "the"
       r"|final (?:model|adapter) saved|status: completed|z finished step=\d+"
       r"|^\d+ (?:epochs?|iterations|steps) completed in [\d.]+ ?(?:hours|minutes|seconds|[hms])\b"
       r"|^Optimizer stripped from \S+"  # ultralytics, once the last epoch is done
@@ -702,7 +704,11 @@ _rule("completed", "completed", 50,
       r"|^(?:Average|Final) (?:val\w*|test)\b[^\n]{0,40}\u00b1"  # the mean +- spread over repeated runs (OGB, DGL)
       r"|End time of running main:"  # ms-swift, once main() returned
       r"|\bSaved final (?:weights|model|adapters?|checkpoint)s? to\b"  # mlx-lm and many scripts, after the loop
-      r"|\bFinal validation metrics:",  # verl's trainer, on its last step before it returns
+      r"|\bFinal validation metrics:"  # verl's trainer, on its last step before it returns
+      r"|^MAX (?:EPOCHS|FRAMES) NUM!"  # rl_games (Isaac Gym, IsaacGymEnvs), as it leaves the loop
+      r"|\*\*\* Best metric: \S+ \(epoch \d+\)"  # timm's train.py, after the last epoch
+      r"|Saved pipeline to output directory"  # spaCy's `train`, only when the loop ended without an error
+      r"|\btrain completed, best_metric:",  # MONAI's training loops, after the last epoch
       confidence=0.95)
 # A run's closing summary (detectron2's hooks, DSSTNE). detectron2 prints it in a `finally`, after
 # an exception too, so it is completion only with no terminal failure before it (`_decide`).
