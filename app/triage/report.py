@@ -136,6 +136,12 @@ def render() -> str:
         "REAL excerpts, thirteenth batch, test13 split (never tuned on)": real_rows("test13"),
         "REAL excerpts, fourteenth batch (device faults and divergence only), dev14 split (the rules were tuned on it)": real_rows("dev14"),
         "REAL excerpts, fourteenth batch, test14 split (never tuned on)": real_rows("test14"),
+        "REAL excerpts, fifteenth batch (schedulers, containers, managed platforms), dev15 split (the rules were tuned on it)": real_rows("dev15"),
+        "REAL excerpts, fifteenth batch, test15 split (never tuned on)": real_rows("test15"),
+        "REAL excerpts, sixteenth batch (LLM stacks of 2024-26 less often seen), dev16 split (the rules were tuned on it)": real_rows("dev16"),
+        "REAL excerpts, sixteenth batch, test16 split (never tuned on)": real_rows("test16"),
+        "REAL excerpts, seventeenth batch (RL, science, vision, speech, diffusion), dev17 split (the rules were tuned on it)": real_rows("dev17"),
+        "REAL excerpts, seventeenth batch, test17 split (never tuned on)": real_rows("test17"),
     }
     parts = [_MARK, "", "## Measured: rules stage (no model, no LLM)", "",
              "| slice | tails | accuracy | rules unsure |", "|---|---:|---:|---:|"]

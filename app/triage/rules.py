@@ -295,9 +295,12 @@ _rule("sigkill", "oom", 60, ("sigkill", "exitcode", "exit code", "return code", 
 # --- diverged: NaN/inf loss or grad norm, loss-scale underflow, exploding loss ---------------
 _INF_NEEDLES = ("nan", ": inf", "=inf", "= inf", "loss inf", "norm inf", "-inf", "+inf", "infinity", "'inf")
 _rule("nan-loss", "diverged", 94, _INF_NEEDLES,
-      r"""loss['"]?\s*[:=]?\s*['"]?(?:\[\s*|tensor\(\s*)?[-+]?(?:nan|inf(?:inity)?)\b"""
+      r"""loss(?:_(?!scale)\w+)?['"]?\s*[:=]?\s*['"]?(?:\[\s*|tensor\(\s*)?[-+]?(?:nan|inf(?:inity)?)\b"""
+      # (mmdet/mmseg log every loss term by its key: `decode.loss_seg: nan`, `loss_cls: nan`)
       # losses logged by their own names (GluonCV/MXNet metrics: CrossEntropy=nan, SmoothL1=nan)
       r"""|\b(?:cross_?entropy|smooth_?l1|nll|bce|focal|kl_?div)\w*['"]?\s*[:=]\s*['"]?[-+]?nan\b""")
+# darknet's region layers: a NaN IOU where the layer had objects (with `count: 0` it is 0/0, and normal)
+_rule("darknet-nan", "diverged", 90, ("avg iou",), r"\bAvg IOU: -?nan\b[^\n]*\bcount: [1-9]", confidence=0.9)
 _rule("nan-grad-norm", "diverged", 60, _INF_NEEDLES,
       r"""\bgrad[ _]norm['"]?\s*[:=]?\s*['"]?[-+]?(?:nan|inf(?:inity)?)\b""", confidence=0.8)
 _rule("loss-is-nan", "diverged", 95, ("nan", "non-finite", "not finite", "infinite", "loss is", "loss became", "loss has become", "detected inf", "inf loss", "inf gradient", "norm is inf", "norm was inf", "norm became inf"),
@@ -565,6 +568,10 @@ _rule("module-missing", "data_error", 70, ("modulenotfounderror", "importerror",
 _rule("file-missing", "data_error", 70, ("isadirectoryerror", "notadirectoryerror", "filenotfounderror", "no such file or directory", "errno 2]"),
       r"FileNotFoundError|No such file or directory|\[Errno 2\]|IsADirectoryError|NotADirectoryError",
       soft=True, confidence=0.8)
+# LLaVA and its forks (LLaVA-NeXT, ShareGPT4V, ...): the conversation template does not fit the
+# tokenizer, so every such sample's labels are masked out and the run learns nothing.
+_rule("tokenization-mismatch", "data_error", 50, ("tokenization mismatch",),
+      r"\btokenization mismatch: \d+ vs\. \d+", confidence=0.8)
 _rule("python-bug", "data_error", 40, ("error:", "exception:", "assertionerror"),
       r"^[ \t]*\S*(?:KeyError|ValueError|TypeError|IndexError|AttributeError|AssertionError|NameError"
       r"|ZeroDivisionError|NotImplementedError|RecursionError|UnboundLocalError|LookupError)\b:?",
@@ -575,7 +582,11 @@ _rule("traceback-any", "data_error", 30, ("traceback (most recent call last)", "
 _rule("error-words", "data_error", 25, ("fatal", "error", "abort", "failed", "crash", "exception"),
       # not on warnings: lines saying "warn", or in glog's/TensorFlow's format a W-level line
       # ("W0821 01:57:42.623 ..." or "2020-06-08 05:30:15.889706: W tensorflow/...")
-      r"^(?![^\n]*warn)(?!w\d{4} |[\d-]+ [\d:.]+: w )[^\n]*?\b(?:fatal|error|aborting|aborted|failed|crashed|exception)\b",
+      # and not on the severity column of an exported Cloud Logging line ("ERROR   2022-01-26 14:19:34 +1100
+      # workerpool0-0  ..."): Vertex AI tags everything a job writes to stderr (progress bars too) ERROR
+      r"^(?![^\n]*warn)(?!w\d{4} |[\d-]+ [\d:.]+: w )"
+      r"(?:error\s+\d{4}-\d\d-\d\d[ t]\d\d:\d\d:\d\d[.,\d]*(?:\s*(?:[+-]\d{4}|z|utc))?\s)?+"
+      r"[^\n]*?\b(?:fatal|error|aborting|aborted|failed|crashed|exception)\b",
       soft=True, confidence=0.4)
 _rule("abort", "cuda_fault", 35, ("aborted (core dumped)", "sigabrt", "terminate called"),
       r"Aborted \(core dumped\)|SIGABRT|terminate called after throwing", confidence=0.45)
@@ -591,7 +602,9 @@ _FAIL_WORDS = ("fatal", "error", "critical", "fail", "abort", "gave up", "giving
 _FAILING_LINE = re.compile(
     r"\bfatal\b|\berror\b|\bcritical\b|\bfail(?:ed|ure|s)?\b|\babort|\bgave up\b|\bgiving up\b|\bstopping\b"
     r"|\bhalting\b|\bcannot\b|\bcan't\b|\bcould ?n[o']t\b|\bunable\b|\bcrash|\bterminated\b|\bexiting\b|\bkilled\b")
-_UPBEAT_SPOILERS = re.compile(r"\berror|\bfail|\bfatal|\babort|\bwarn|\bexception|\bno\b|\bnot\b|\bnever\b|\bwithout\b|n't\b")
+# (and not a progress bar: llama-recipes' bar reads "Training Epoch: 2/3, step 49/50 completed ...: 100%|")
+_UPBEAT_SPOILERS = re.compile(
+    r"\berror|\bfail|\bfatal|\babort|\bwarn|\bexception|\bno\b|\bnot\b|\bnever\b|\bwithout\b|n't\b|%\|")
 
 
 def _match_line(m: re.Match[str]) -> str:
@@ -608,7 +621,7 @@ def _on_failing_line(m: re.Match[str]) -> bool:
 
 
 def _on_upbeat_line(m: re.Match[str]) -> bool:
-    """The match's line has no failure word and no negation ("no step completed")."""
+    """The match's line has no failure word and no negation ("no step completed"), and is no bar."""
     return _UPBEAT_SPOILERS.search(_match_line(m)) is None
 
 
@@ -752,6 +765,7 @@ _PROGRESS_ALTERNATIVES = (
     # the LightGBM CLI's `Iteration:40, valid_1 auc : 0.81`; Kaldi's `On iteration 221, learning rate is 0.0017`
     r"^\[\d+\]\t[\w@-]+(?:'s [\w@-]+)?\s*:\s*[-+]?\d|\biteration:\d+, \S+ [\w@-]+ : [-+]?\d"
     r"|\biteration \d+, learning rate is\b",
+    r"\bStep: \d+\. Time Elapsed: [\d.]+ s",  # Unity ML-Agents' trainer summaries
 )
 _PROGRESS = re.compile("|".join(_PROGRESS_ALTERNATIVES), re.IGNORECASE)
 # The same matches as \bgrad[ _]norm...: the word boundary is checked after the literal "grad",
@@ -911,7 +925,8 @@ def _line_at(text: str, pos: int) -> str:
     return line
 
 
-_PROGRESS_MARKERS = ("%|", "loss", "step=", "iteration", "it/s", "s/it", "checkpoint to", "|", "batch [", "[batch ", "]\t")
+_PROGRESS_MARKERS = ("%|", "loss", "step=", "iteration", "it/s", "s/it", "checkpoint to", "|", "batch [", "[batch ", "]\t",
+                     "time elapsed")
 _PROGRESS_TRIES = 40
 
 
@@ -1329,7 +1344,7 @@ def _is_progress(line: str) -> bool:
     low = line.lower()
     loss = "loss" in low
     (tqdm, hf, nano, megatron, step, epoch, bare_loss, progress, table, kv_table, tune_table, epoch_table, saving,
-     mxnet, boosting) = _PROGRESS_PARTS
+     mxnet, boosting, mlagents) = _PROGRESS_PARTS
     return bool(
         ("%|" in low and tqdm.search(line))
         or ((loss or "grad_norm" in low or "learning_rate" in low) and hf.search(line))
@@ -1346,6 +1361,7 @@ def _is_progress(line: str) -> bool:
         or ("checkpoint to" in low and saving.search(line))
         or ("batch" in low and "epoch" in low and mxnet.search(line))
         or (("]\t" in low or "iteration" in low) and boosting.search(line))
+        or ("time elapsed" in low and mlagents.search(line))
     )
 
 

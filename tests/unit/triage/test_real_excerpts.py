@@ -98,6 +98,9 @@ KNOWN_MISSES = {
                                                    "14 to 36.8 and staying there says the model blew up",
     "real-u-hvd-stalled-ops-tacc-457": "Horovod's stall warnings, then a timed checkpoint save that reads as progress; "
                                        "the warning after it is cut mid-line (soft evidence counts from its first line)",
+    "real-ab-megatronllm-nan-33": "Megatron leaves a NaN step's `lm loss` out of its iteration line and counts it in "
+                                  "`number of nan iterations`; the excerpt is cut before that count, so only a "
+                                  "missing field says so (bf16 at loss scale 1.0: no overflow skips)",
 }
 
 
