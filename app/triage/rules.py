@@ -603,8 +603,10 @@ _FAILING_LINE = re.compile(
     r"\bfatal\b|\berror\b|\bcritical\b|\bfail(?:ed|ure|s)?\b|\babort|\bgave up\b|\bgiving up\b|\bstopping\b"
     r"|\bhalting\b|\bcannot\b|\bcan't\b|\bcould ?n[o']t\b|\bunable\b|\bcrash|\bterminated\b|\bexiting\b|\bkilled\b")
 # (and not a progress bar: llama-recipes' bar reads "Training Epoch: 2/3, step 49/50 completed ...: 100%|")
+# (and not one epoch's or step's end: "training done for epoch 3", "epoch 3 training finished")
 _UPBEAT_SPOILERS = re.compile(
-    r"\berror|\bfail|\bfatal|\babort|\bwarn|\bexception|\bno\b|\bnot\b|\bnever\b|\bwithout\b|n't\b|%\|")
+    r"\berror|\bfail|\bfatal|\babort|\bwarn|\bexception|\bno\b|\bnot\b|\bnever\b|\bwithout\b|n't\b|%\|"
+    r"|\b(?:for|of) (?:the )?(?:epoch|step|iteration|batch|fold|round|episode)\b|\bepoch (?:\d+ )?training\b")
 
 
 def _match_line(m: re.Match[str]) -> str:
@@ -705,7 +707,10 @@ _rule("completed", "completed", 50,
        "saved pipeline to output directory", "train completed, best_metric"),
       r"Training completed\. Do not forget|Training Completed!|\btrain_runtime\b|\*{3,} train metrics \*{3,}"
       r"|`Trainer\.fit` stopped: `max_(?:epochs|steps)=\d+` reached|\[after training is done\]"
-      r"|\b(?:training|run) (?:is |was )?(?:finished|complete(?:d)?|done)\b(?! *[:=] *(?:false|0))"  # ESPnet: "was"
+      # (ESPnet: "was"; not one epoch's or step's end, as hand-written loops print it: "Training completed
+      # for epoch 3", "Training done for epoch 3", "One epoch training finished")
+      r"|(?<!epoch )(?<!epochs )\b(?:training|run) (?:is |was )?(?:finished|complete(?:d)?|done)\b(?! *[:=] *(?:false|0))"
+      r"(?! *,? *(?:for|of|in) (?:the )?(?:epoch|step|iteration|iter|batch|fold|round|episode)s?\b)"
       r"|finished training|done training|saving (?:the )?final (?:model|adapter|checkpoint)"  # DeepSpeed-Chat: "the"
       r"|final (?:model|adapter) saved|status: completed|z finished step=\d+"
       r"|^\d+ (?:epochs?|iterations|steps) completed in [\d.]+ ?(?:hours|minutes|seconds|[hms])\b"
