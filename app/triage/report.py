@@ -142,6 +142,12 @@ def render() -> str:
         "REAL excerpts, sixteenth batch, test16 split (never tuned on)": real_rows("test16"),
         "REAL excerpts, seventeenth batch (RL, science, vision, speech, diffusion), dev17 split (the rules were tuned on it)": real_rows("dev17"),
         "REAL excerpts, seventeenth batch, test17 split (never tuned on)": real_rows("test17"),
+        "REAL excerpts, eighteenth batch (runs posted in pull requests), dev18 split (the rules were tuned on it)": real_rows("dev18"),
+        "REAL excerpts, eighteenth batch, test18 split (never tuned on)": real_rows("test18"),
+        "REAL excerpts, nineteenth batch (runs that ended, posted with a question about afterwards), dev19 split (the rules were tuned on it)": real_rows("dev19"),
+        "REAL excerpts, nineteenth batch, test19 split (never tuned on)": real_rows("test19"),
+        "REAL excerpts, twentieth batch (failures after a long healthy stretch), dev20 split (the rules were tuned on it)": real_rows("dev20"),
+        "REAL excerpts, twentieth batch, test20 split (never tuned on)": real_rows("test20"),
     }
     parts = [_MARK, "", "## Measured: rules stage (no model, no LLM)", "",
              "| slice | tails | accuracy | rules unsure |", "|---|---:|---:|---:|"]

@@ -82,6 +82,7 @@ DEFAULT_MAX_CHARS = 32 * 1024
 DEFAULT_STALL_AFTER_S = 900.0
 _EVIDENCE_CHARS = 240
 _SUMMARY_RULE = "run-summary"
+_EXIT_SUMMARY_RULE = "shell-time-summary"
 
 
 def action_for(state: str, evidence: tuple[str, ...] = ()) -> str:
@@ -412,13 +413,16 @@ _rule("sigbus-gpu", "cuda_fault", 50, ("segmentation", "segmentation fault", "si
 _rule("nccl-watchdog", "stalled", 92, ("before timing out", "watchdog", "timed out", "timeout", "heartbeat"),
       r"Watchdog caught collective operation timeout|ran for \d+ milliseconds before timing out"
       r"|watchdog got stuck|Heartbeat monitor timed out|Timeout at NCCL work"
-      r"|Some NCCL operations have failed or timed out|collective operation timeout"
+      r"|collective operation timeout"
       r"|NCCL (?:watchdog )?timeout|Timed out waiting \d+ ?ms for send operation")
 # Huawei Ascend's HCCL: a collective waited past HCCL_EXEC_TIMEOUT for a peer's notify.
 _rule("hccl-timeout", "stalled", 91, ("notify record", "hccl_exec_timeout"),
       r"has not received the Notify record from remote rank|HCCL_EXEC_TIMEOUT",
       confidence=0.9)
 # Only the watchdog's C++ frames survived (the message line was cut off): the timeout path.
+# "failed OR timed out": the watchdog's line for both, so a specific NCCL error (ncclRemoteError, an
+# IB completion error) printed with it outranks it.
+_rule("nccl-failed-or-timed-out", "stalled", 80, ("timed out",), r"Some NCCL operations have failed or timed out")
 _rule("nccl-watchdog-frames", "stalled", 78, ("checktimeout",),
       r"ProcessGroupNCCL::WorkNCCL::checkTimeout", confidence=0.85)
 _rule("rendezvous", "stalled", 91, ("diststoreerror", "rendezvous", "timed out", "timeout", "clients joined", "socket", "monitoredbarrier"),
@@ -704,7 +708,7 @@ _rule("completed", "completed", 50,
       ("training is", "run is", "run complete", "completed in", "optimizer stripped", "exits successfully", "early stop", "run done", "final adapter saved", "training completed", "train_runtime", "train metrics", "training complete", "stopped:", "after training is done", "finished training", "training finished", "training done", "run finished", "saving final", "final model saved", "status: completed", "done training", "finished step=", "steps reached", "epochs reached", "iterations reached", "finish train", "shrink model to", "bestiteration =",
        "average val", "average test", "final val", "final test", "end time of running main", "saved final",
        "training was", "run was", "saving the final", "max epochs num!", "max frames num!", "*** best metric:",
-       "saved pipeline to output directory", "train completed, best_metric"),
+       "saved pipeline to output directory", "train completed, best_metric", "key: avg_"),
       r"Training completed\. Do not forget|Training Completed!|\btrain_runtime\b|\*{3,} train metrics \*{3,}"
       r"|`Trainer\.fit` stopped: `max_(?:epochs|steps)=\d+` reached|\[after training is done\]"
       # (ESPnet: "was"; not one epoch's or step's end, as hand-written loops print it: "Training completed
@@ -726,13 +730,19 @@ _rule("completed", "completed", 50,
       r"|^MAX (?:EPOCHS|FRAMES) NUM!"  # rl_games (Isaac Gym, IsaacGymEnvs), as it leaves the loop
       r"|\*\*\* Best metric: \S+ \(epoch \d+\)"  # timm's train.py, after the last epoch
       r"|Saved pipeline to output directory"  # spaCy's `train`, only when the loop ended without an error
-      r"|\btrain completed, best_metric:",  # MONAI's training loops, after the last epoch
+      r"|\btrain completed, best_metric:"  # MONAI's training loops, after the last epoch
+      r"|^Key: avg_(?:train_prep|train_loss|eval_prep|eval_loss|epoch_time|checkpoint_time), Value: ",  # llama-recipes,
+      # printing what train() returned
       confidence=0.95)
 # A run's closing summary (detectron2's hooks, DSSTNE). detectron2 prints it in a `finally`, after
 # an exception too, so it is completion only with no terminal failure before it (`_decide`).
 # The whole run's bar (not an epoch's) at N/N: gaussian-splatting's "Training progress", ...
 _rule("run-bar-full", "completed", 50, ("training progress:", "training:"),
       r"^Training(?: progress)?:\s*100%\|[^|\n]*\|\s*(\d+)/\1\b", confidence=0.85)
+# The shell's `time` report ("real\t0m46.551s"): the process has exited. It is completion only with
+# no failure at all before it (`_decide`), since a crash gets the same report.
+_rule(_EXIT_SUMMARY_RULE, "completed", 50, ("real ", "real\t"), r"^real[ \t]+\d+m\d+(?:[.,]\d+)?s[ \t]*$",
+      confidence=0.75)
 _rule(_SUMMARY_RULE, "completed", 50, ("total training time",),
       r"(?<!estimated )(?<!remaining )\bTotal training time\b", confidence=0.85)
 _rule("sem-completed", "completed", 50,
@@ -771,6 +781,10 @@ _PROGRESS_ALTERNATIVES = (
     r"^\[\d+\]\t[\w@-]+(?:'s [\w@-]+)?\s*:\s*[-+]?\d|\biteration:\d+, \S+ [\w@-]+ : [-+]?\d"
     r"|\biteration \d+, learning rate is\b",
     r"\bStep: \d+\. Time Elapsed: [\d.]+ s",  # Unity ML-Agents' trainer summaries
+    # an epoch counter and a batch/iteration/step counter, each of a total: "[Epoch 16/30, Batch 4410/7329]"
+    r"\bepoch\W{0,3}\d+\s*/\s*\d+\W{1,4}(?:batch|iter(?:ation)?|step)\W{0,3}\d+\s*/\s*\d+",
+    # darknet's iteration line: "1104: 3.21, 3.54 avg loss, 0.001000 rate, 3.21 seconds, 64 images"
+    r"^\s*\d+: [-+\d.e]+, [-+\d.e]+ avg(?: loss)?, [-+\d.e]+ rate, [\d.]+ seconds, \d+ images",
 )
 _PROGRESS = re.compile("|".join(_PROGRESS_ALTERNATIVES), re.IGNORECASE)
 # The same matches as \bgrad[ _]norm...: the word boundary is checked after the literal "grad",
@@ -931,7 +945,7 @@ def _line_at(text: str, pos: int) -> str:
 
 
 _PROGRESS_MARKERS = ("%|", "loss", "step=", "iteration", "it/s", "s/it", "checkpoint to", "|", "batch [", "[batch ", "]\t",
-                     "time elapsed")
+                     "time elapsed", "epoch", "images")
 _PROGRESS_TRIES = 40
 
 
@@ -1034,6 +1048,25 @@ def _final_epoch_done(text: str, window: str) -> tuple[str, ...] | None:
     return tuple(dict.fromkeys([_line_at(text, base + last.start()), _line_at(text, base + at)]))
 
 
+# "[Epoch 29/30, Batch 7328/7329]": an epoch counter and a batch counter, each of its total.
+_EPOCH_BATCH = re.compile(r"epoch\W{0,3}(\d+)\s*/\s*(\d+)\W{1,4}(?:batch|iter(?:ation)?|step)\W{0,3}(\d+)\s*/\s*(\d+)",
+                          re.IGNORECASE)
+
+
+def _final_batch_done(line: str) -> tuple[str, ...] | None:
+    """Evidence that the last progress line is the last batch of the last epoch, or None: the epoch
+    counter at its total (counted from 1) and the batch counter at its total or one short (counted
+    from 0, as llama-recipes' "Training Epoch: 3/3, step 49/50" is). An epoch counter one short is
+    not read as counted from 0: llama-recipes' "Epoch: 2/3, step 49/50" is the end of epoch 2 of 3."""
+    m = _EPOCH_BATCH.search(line)
+    if m is None:
+        return None
+    epoch, epochs, batch, batches = map(int, m.groups())
+    if epochs >= 1 and batches >= 1 and epoch == epochs and batch in (batches, batches - 1):
+        return (line,)
+    return None
+
+
 _LAZY_MAX_WEIGHT = max(r.weight for r in _RULES if r.lazy)
 
 
@@ -1088,7 +1121,8 @@ def _decide(
     live = [h for h in hits if not (h.rule.soft and progress_pos > h.pos)]
     fatal = [h for h in live if h.rule.state != "completed" and h.rule.weight >= _FATAL_FLOOR]
     done = [h for h in live if h.rule.state == "completed"
-            and not (h.rule.name == _SUMMARY_RULE and any(f.pos < h.pos for f in fatal))]
+            and not (h.rule.name == _SUMMARY_RULE and any(f.pos < h.pos for f in fatal))
+            and not (h.rule.name == _EXIT_SUMMARY_RULE and any(f.pos < h.pos for f in live if f.rule.state != "completed"))]
 
     def verdict(best: _Hit, confidence: float | None = None) -> Verdict:
         others = sorted(
@@ -1127,7 +1161,7 @@ def _decide(
     if progress_pos >= 0:
         if guess == "stalled":
             return Verdict("stalled", 0.9, (idle_evidence, progress_line), "idle-after-progress", "stalled")
-        final = _final_epoch_done(*end)
+        final = _final_epoch_done(*end) or _final_batch_done(progress_line)
         if final is not None:
             return Verdict("completed", 0.8, final, "final-epoch-done", "completed")
         return Verdict("progressing", 0.9 if idle is not None else 0.85, (progress_line,), "progress", "progressing")
@@ -1349,7 +1383,7 @@ def _is_progress(line: str) -> bool:
     low = line.lower()
     loss = "loss" in low
     (tqdm, hf, nano, megatron, step, epoch, bare_loss, progress, table, kv_table, tune_table, epoch_table, saving,
-     mxnet, boosting, mlagents) = _PROGRESS_PARTS
+     mxnet, boosting, mlagents, counters, darknet) = _PROGRESS_PARTS
     return bool(
         ("%|" in low and tqdm.search(line))
         or ((loss or "grad_norm" in low or "learning_rate" in low) and hf.search(line))
@@ -1367,6 +1401,8 @@ def _is_progress(line: str) -> bool:
         or ("batch" in low and "epoch" in low and mxnet.search(line))
         or (("]\t" in low or "iteration" in low) and boosting.search(line))
         or ("time elapsed" in low and mlagents.search(line))
+        or ("epoch" in low and counters.search(line))
+        or ("images" in low and darknet.search(line))
     )
 
 

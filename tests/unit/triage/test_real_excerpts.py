@@ -101,6 +101,13 @@ KNOWN_MISSES = {
     "real-ab-megatronllm-nan-33": "Megatron leaves a NaN step's `lm loss` out of its iteration line and counts it in "
                                   "`number of nan iterations`; the excerpt is cut before that count, so only a "
                                   "missing field says so (bf16 at loss scale 1.0: no overflow skips)",
+    "real-ae-pytorchyolov3-nodet-111": "'[Epoch 29/30, Batch 7328/7329]' is the last batch counted from 0, but "
+                                       "llama-recipes' 'Epoch: 2/3, step 49/50' (epoch from 1, step from 0) is the "
+                                       "end of epoch 2 of 3: an epoch counter one short cannot be read as the end",
+    "real-ae-llmfoundry-dolly-68": "Composer's '[epoch=1][batch=927/927]' block is the end of an epoch; the run's "
+                                   "length (max_duration) is in the config, not the log",
+    "real-af-ds-gptj-sigkill-3160": "DeepSpeed's launcher says 'Killing subprocess' for any death; the return code "
+                                    "(-9, the OOM killer) is on the next line, cut from the excerpt",
 }
 
 

@@ -386,3 +386,76 @@ def test_the_last_epoch_run_to_its_end_is_a_finished_run() -> None:
     assert classify(bar.replace("100%", " 45%").replace("1000/1000", "450/1000")).state == "progressing"
     assert classify(done + "torch.OutOfMemoryError: CUDA out of memory.\n").state == "oom"
     assert classify(done, idle_seconds=5000).state == "stalled"  # a finished run's log stands still too: idle decides
+
+
+@pytest.mark.parametrize("text", [
+    "[host] 2020-09-17 18:14:28,068 (trainer:322) INFO: The training was finished at 1 epochs \n",  # ESPnet
+    "ppl: 2.31\nsaving the final model ...\n",  # DeepSpeed-Chat
+    "fps step: 51234 fps total: 49012 epoch: 5000/5000\nMAX EPOCHS NUM!\n",  # rl_games
+    "Test: [  78/78]  Acc@1: 80.0 (80.1)\n*** Best metric: 80.124 (epoch 299)\n",  # timm
+    " 32    4800        927.07        2457.63    94.61      84.76    0.90\n\u2714 Saved pipeline to output directory\n"
+    "spacy_model/model-last\n",  # spaCy
+    "train completed, best_metric: 0.9123 at epoch: 40\n",  # MONAI
+    "PEFT modules are saved in /out directory\nKey: avg_train_prep, Value: 1.1131309270858765\n"
+    "Key: avg_train_loss, Value: 0.1071767508983612\n",  # llama-recipes, what train() returned
+    "Epoch [5/5], Step [500/600], Loss: 0.0412\nEpoch [5/5], Step [600/600], Loss: 0.0391\n",  # counters at their totals
+])
+def test_more_ends_of_runs_as_their_sources_print_them(text: str) -> None:
+    assert classify(text).state == "completed"
+
+
+@pytest.mark.parametrize(("text", "state"), [
+    # hand-written loops print one epoch's end every epoch
+    ("Training completed for epoch 3\nTraining accuracy for epoch 3: 0.91\n", "progressing"),
+    ("Rank 0 training done for epoch 2\n", "progressing"),
+    ("One epoch training finished, starting evaluation...\n", "progressing"),
+    # llama-recipes' bar says "completed" on every step; its epoch 2 of 3 with the step counted from 0
+    ("Training Epoch: 2/3, step 49/50 completed (loss: 1.03): 100%|\u2588\u2588\u2588\u2588| 50/50 [09:01<00:00, 10.82s/it]\n",
+     "progressing"),
+    ("Training Epoch: 3/3, step 49/50 completed (loss: 1.03): 100%|\u2588\u2588\u2588\u2588| 50/50 [09:01<00:00, 10.82s/it]\n",
+     "completed"),
+    ("[Epoch 16/30, Batch 4410/7329] [Losses: x 0.008723, y 0.008725, total 0.053949, recall: 0.62105]\n", "progressing"),
+    ("[Epoch 29/30, Batch 7328/7329] [Losses: x 0.14, total 1.33, recall: 0.41]\n", "progressing"),  # from 0 or 1?
+    ("INFO:mlagents.trainers: FindTheTarget: Step: 44000. Time Elapsed: 143.938 s Mean Reward: 0.400. Training.\n",
+     "progressing"),
+    # Vertex AI tags a job's whole stderr ERROR: the severity column is not an error word
+    ("ERROR   2022-01-26 14:19:34 +1100       workerpool0-0    31%|###       | 5974/19120 [31:21<59:25,  3.69it/s]\n"
+     "ERROR   2022-01-26 14:19:41 +1100       workerpool0-0   Configuration saved in /tmp/ckpt-6000/config.json\n",
+     "progressing"),
+])
+def test_what_only_looks_like_the_end_of_a_run_or_an_error(text: str, state: str) -> None:
+    v = classify(text)
+    assert (v.guess if v.state == UNSURE else v.state) == state
+
+
+def test_the_shells_time_report_is_completion_only_with_no_failure_before_it() -> None:
+    """`time python train.py` ends every run with real/user/sys, a crashed one too."""
+    report = "real\t0m46.551s\nuser\t0m40.530s\nsys\t0m6.819s\n"
+    assert classify("Train Loss: 0.1529 | Train Acc: 0.945\nTest Acc: 0.963\n" + report).state == "completed"
+    crash = 'Traceback (most recent call last):\n  File "train.py", line 9\nKeyError: \'label\'\n'
+    assert classify(crash + report).state == "data_error"
+    assert classify(" 31%|\u2588\u2588\u2588      | 331/1063 [01:06<03:59,  3.06it/s]Killed\n" + report).state == "oom"
+    assert classify("real world accuracy: 0.9\n").state != "completed"
+
+
+@pytest.mark.parametrize(("text", "state"), [
+    ("2022-05-07 17:08:19,966 - mmseg - INFO - Iter [200/40000]  lr: 7.920e-06, decode.loss_seg: nan, "
+     "decode.acc_seg: 42.4247\n", "diverged"),
+    ("Iter [200/40000]  lr: 7.920e-06, loss_scale: inf, loss: 0.4321\n", "progressing"),  # the scale is no loss
+    ("Region 82 Avg IOU: nan, Class: nan, Obj: nan, No Obj: nan, .5R: 0.000000, .75R: 0.000000,  count: 2\n",
+     "diverged"),
+    ("Region 106 Avg IOU: -nan, Class: -nan, Obj: -nan, No Obj: 0.000012, .5R: -nan, .75R: -nan,  count: 0\n"
+     "Region 82 Avg IOU: 0.612, Class: 0.98, Obj: 0.71, No Obj: 0.004, .5R: 0.75, .75R: 0.25,  count: 4\n"
+     "1: 1104.32, 1104.32 avg loss, 0.000000 rate, 3.21 seconds, 64 images\n", "progressing"),  # 0/0 where count is 0
+    ("WARNING: tokenization mismatch: 204 vs. 218. (ignored)\nWARNING: tokenization mismatch: 385 vs. 399. (ignored)\n",
+     "data_error"),
+    # the watchdog's "failed or timed out" line gives way to the NCCL error that says which
+    ("[E ProcessGroupNCCL.cpp:455] Some NCCL operations have failed or timed out. Due to the asynchronous nature of "
+     "CUDA kernels ... what(): NCCL error: remote process exited or there was a network error, NCCL version 2.14.3\n"
+     "ncclRemoteError: A call failed possibly due to a network error or a remote process exiting prematurely.\n",
+     "cuda_fault"),
+    ("[E ProcessGroupNCCL.cpp:455] Some NCCL operations have failed or timed out. Due to the asynchronous nature of "
+     "CUDA kernels, subsequent GPU operations might run on corrupted/incomplete data.\n", "stalled"),
+])
+def test_failures_as_these_stacks_print_them(text: str, state: str) -> None:
+    assert classify(text).state == state
