@@ -761,6 +761,8 @@ _FATAL_FLOOR = 55  # hits at or above this weight are terminal failures (unless 
 
 _GENERIC_WRAPPERS = re.compile(r"ChildFailedError|CalledProcessError|exitcode\s*:\s*1\b")
 
+# An epoch counter and a batch/iteration/step counter, each of its total: "[Epoch 16/30, Batch 4410/7329]".
+_EPOCH_AND_BATCH = r"\bepoch\W{0,3}(\d+)\s*/\s*(\d+)\W{1,4}(?:batch|iter(?:ation)?|step)\W{0,3}(\d+)\s*/\s*(\d+)"
 _PROGRESS_ALTERNATIVES = (
     r"\d{1,3}%\|[^|\n]{0,80}\|\s*\d+/\d+ \[",  # tqdm
     r"""[{,]\s*['"](?:loss|train_loss|grad_norm|learning_rate)['"]\s*:\s*['"]?[-+\d.e]+""",  # HF dicts, Paddle
@@ -781,8 +783,7 @@ _PROGRESS_ALTERNATIVES = (
     r"^\[\d+\]\t[\w@-]+(?:'s [\w@-]+)?\s*:\s*[-+]?\d|\biteration:\d+, \S+ [\w@-]+ : [-+]?\d"
     r"|\biteration \d+, learning rate is\b",
     r"\bStep: \d+\. Time Elapsed: [\d.]+ s",  # Unity ML-Agents' trainer summaries
-    # an epoch counter and a batch/iteration/step counter, each of a total: "[Epoch 16/30, Batch 4410/7329]"
-    r"\bepoch\W{0,3}\d+\s*/\s*\d+\W{1,4}(?:batch|iter(?:ation)?|step)\W{0,3}\d+\s*/\s*\d+",
+    _EPOCH_AND_BATCH,
     # darknet's iteration line: "1104: 3.21, 3.54 avg loss, 0.001000 rate, 3.21 seconds, 64 images"
     r"^\s*\d+: [-+\d.e]+, [-+\d.e]+ avg(?: loss)?, [-+\d.e]+ rate, [\d.]+ seconds, \d+ images",
 )
@@ -1048,9 +1049,7 @@ def _final_epoch_done(text: str, window: str) -> tuple[str, ...] | None:
     return tuple(dict.fromkeys([_line_at(text, base + last.start()), _line_at(text, base + at)]))
 
 
-# "[Epoch 29/30, Batch 7328/7329]": an epoch counter and a batch counter, each of its total.
-_EPOCH_BATCH = re.compile(r"epoch\W{0,3}(\d+)\s*/\s*(\d+)\W{1,4}(?:batch|iter(?:ation)?|step)\W{0,3}(\d+)\s*/\s*(\d+)",
-                          re.IGNORECASE)
+_EPOCH_BATCH = re.compile(_EPOCH_AND_BATCH, re.IGNORECASE)
 
 
 def _final_batch_done(line: str) -> tuple[str, ...] | None:
@@ -1122,7 +1121,8 @@ def _decide(
     fatal = [h for h in live if h.rule.state != "completed" and h.rule.weight >= _FATAL_FLOOR]
     done = [h for h in live if h.rule.state == "completed"
             and not (h.rule.name == _SUMMARY_RULE and any(f.pos < h.pos for f in fatal))
-            and not (h.rule.name == _EXIT_SUMMARY_RULE and any(f.pos < h.pos for f in live if f.rule.state != "completed"))]
+            and not (h.rule.name == _EXIT_SUMMARY_RULE
+                     and any(f.pos < h.pos for f in live if f.rule.state != "completed"))]
 
     def verdict(best: _Hit, confidence: float | None = None) -> Verdict:
         others = sorted(
