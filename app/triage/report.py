@@ -148,6 +148,10 @@ def render() -> str:
         "REAL excerpts, nineteenth batch, test19 split (never tuned on)": real_rows("test19"),
         "REAL excerpts, twentieth batch (failures after a long healthy stretch), dev20 split (the rules were tuned on it)": real_rows("dev20"),
         "REAL excerpts, twentieth batch, test20 split (never tuned on)": real_rows("test20"),
+        "REAL excerpts, twenty-first batch (an ordinary sample of the common stacks), dev21 split (the rules were tuned on it)": real_rows("dev21"),
+        "REAL excerpts, twenty-first batch, test21 split (never tuned on)": real_rows("test21"),
+        "REAL excerpts, twenty-second batch (an ordinary sample of other stacks), dev22 split (the rules were tuned on it)": real_rows("dev22"),
+        "REAL excerpts, twenty-second batch, test22 split (never tuned on)": real_rows("test22"),
     }
     parts = [_MARK, "", "## Measured: rules stage (no model, no LLM)", "",
              "| slice | tails | accuracy | rules unsure |", "|---|---:|---:|---:|"]
