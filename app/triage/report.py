@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from app.triage.corpus import DATA_DIR, real_rows
+from app.triage.corpus import DATA_DIR, REAL_BATCHES, real_rows
 from app.triage.rules import STATES, UNSURE, classify
 
 __all__ = ["confusion", "main", "per_state", "render"]
@@ -96,6 +96,33 @@ def _accuracy(pairs: Sequence[tuple[str, str]]) -> str:
     return f"{sum(1 for e, p in pairs if e == p) / max(len(pairs), 1):.4f}"
 
 
+# Each later batch's ordinal and what its collectors aimed at ("": no particular aim), in
+# REAL_BATCHES order from the second batch on.
+_BATCH_AIMS: tuple[tuple[str, str], ...] = (
+    ("second", ""),
+    ("third", "JAX, TF, Paddle, ESPnet, ..."),
+    ("fourth", "LLM fine-tuning 2024-25; vision, speech, RL, GNN"),
+    ("fifth", "every ecosystem, collected by state"),
+    ("sixth", "frameworks rarer in such threads: Horovod, Paddle, MindSpore, RLlib, ..."),
+    ("seventh", "finished runs, and LLM fine-tuning failures 2023-26"),
+    ("eighth", "finished and running logs only"),
+    ("ninth", "every ecosystem, collected by state; no finished runs found"),
+    ("tenth", "2024-26 LLM and RL tooling first, by state"),
+    ("eleventh", "logs unlike HF's: non-English, Windows, notebooks, Caffe/MXNet/Chainer/Lua Torch"),
+    ("twelfth", "healthy logs that look alarming; XPU, Gaudi, TPU, ROCm, tabular ML"),
+    ("thirteenth", "healthy runs with alarming lines; failures as they print"),
+    ("fourteenth", "device faults and divergence only"),
+    ("fifteenth", "schedulers, containers, managed platforms"),
+    ("sixteenth", "LLM stacks of 2024-26 less often seen"),
+    ("seventeenth", "RL, science, vision, speech, diffusion"),
+    ("eighteenth", "runs posted in pull requests"),
+    ("nineteenth", "runs that ended, posted with a question about afterwards"),
+    ("twentieth", "failures after a long healthy stretch"),
+    ("twenty-first", "an ordinary sample of the common stacks"),
+    ("twenty-second", "an ordinary sample of other stacks"),
+)
+
+
 def render() -> str:
     ood = _load("ood")
     evalrows = _load("eval")
@@ -110,49 +137,11 @@ def render() -> str:
         "hand-written excerpts (how real failures print; the gate's canaries)": _load("handwritten"),
         "REAL excerpts from public issue threads, dev split (the rules were tuned on it)": real_rows("dev"),
         "REAL excerpts from public issue threads, test split (never tuned on; the gate's held-out)": real_rows("test"),
-        "REAL excerpts, second batch, dev2 split (the rules were tuned on it)": real_rows("dev2"),
-        "REAL excerpts, second batch, test2 split (never tuned on)": real_rows("test2"),
-        "REAL excerpts, third batch (JAX, TF, Paddle, ESPnet, ...), dev3 split (the rules were tuned on it)": real_rows("dev3"),
-        "REAL excerpts, third batch, test3 split (never tuned on)": real_rows("test3"),
-        "REAL excerpts, fourth batch (LLM fine-tuning 2024-25; vision, speech, RL, GNN), dev4 split (the rules were tuned on it)": real_rows("dev4"),
-        "REAL excerpts, fourth batch, test4 split (never tuned on)": real_rows("test4"),
-        "REAL excerpts, fifth batch (every ecosystem, collected by state), dev5 split (the rules were tuned on it)": real_rows("dev5"),
-        "REAL excerpts, fifth batch, test5 split (never tuned on)": real_rows("test5"),
-        "REAL excerpts, sixth batch (frameworks rarer in such threads: Horovod, Paddle, MindSpore, RLlib, ...), dev6 split (the rules were tuned on it)": real_rows("dev6"),
-        "REAL excerpts, sixth batch, test6 split (never tuned on)": real_rows("test6"),
-        "REAL excerpts, seventh batch (finished runs, and LLM fine-tuning failures 2023-26), dev7 split (the rules were tuned on it)": real_rows("dev7"),
-        "REAL excerpts, seventh batch, test7 split (never tuned on)": real_rows("test7"),
-        "REAL excerpts, eighth batch (finished and running logs only), dev8 split (the rules were tuned on it)": real_rows("dev8"),
-        "REAL excerpts, eighth batch, test8 split (never tuned on)": real_rows("test8"),
-        "REAL excerpts, ninth batch (every ecosystem, collected by state; no finished runs found), dev9 split (the rules were tuned on it)": real_rows("dev9"),
-        "REAL excerpts, ninth batch, test9 split (never tuned on)": real_rows("test9"),
-        "REAL excerpts, tenth batch (2024-26 LLM and RL tooling first, by state), dev10 split (the rules were tuned on it)": real_rows("dev10"),
-        "REAL excerpts, tenth batch, test10 split (never tuned on)": real_rows("test10"),
-        "REAL excerpts, eleventh batch (logs unlike HF's: non-English, Windows, notebooks, Caffe/MXNet/Chainer/Lua Torch), dev11 split (the rules were tuned on it)": real_rows("dev11"),
-        "REAL excerpts, eleventh batch, test11 split (never tuned on)": real_rows("test11"),
-        "REAL excerpts, twelfth batch (healthy logs that look alarming; XPU, Gaudi, TPU, ROCm, tabular ML), dev12 split (the rules were tuned on it)": real_rows("dev12"),
-        "REAL excerpts, twelfth batch, test12 split (never tuned on)": real_rows("test12"),
-        "REAL excerpts, thirteenth batch (healthy runs with alarming lines; failures as they print), dev13 split (the rules were tuned on it)": real_rows("dev13"),
-        "REAL excerpts, thirteenth batch, test13 split (never tuned on)": real_rows("test13"),
-        "REAL excerpts, fourteenth batch (device faults and divergence only), dev14 split (the rules were tuned on it)": real_rows("dev14"),
-        "REAL excerpts, fourteenth batch, test14 split (never tuned on)": real_rows("test14"),
-        "REAL excerpts, fifteenth batch (schedulers, containers, managed platforms), dev15 split (the rules were tuned on it)": real_rows("dev15"),
-        "REAL excerpts, fifteenth batch, test15 split (never tuned on)": real_rows("test15"),
-        "REAL excerpts, sixteenth batch (LLM stacks of 2024-26 less often seen), dev16 split (the rules were tuned on it)": real_rows("dev16"),
-        "REAL excerpts, sixteenth batch, test16 split (never tuned on)": real_rows("test16"),
-        "REAL excerpts, seventeenth batch (RL, science, vision, speech, diffusion), dev17 split (the rules were tuned on it)": real_rows("dev17"),
-        "REAL excerpts, seventeenth batch, test17 split (never tuned on)": real_rows("test17"),
-        "REAL excerpts, eighteenth batch (runs posted in pull requests), dev18 split (the rules were tuned on it)": real_rows("dev18"),
-        "REAL excerpts, eighteenth batch, test18 split (never tuned on)": real_rows("test18"),
-        "REAL excerpts, nineteenth batch (runs that ended, posted with a question about afterwards), dev19 split (the rules were tuned on it)": real_rows("dev19"),
-        "REAL excerpts, nineteenth batch, test19 split (never tuned on)": real_rows("test19"),
-        "REAL excerpts, twentieth batch (failures after a long healthy stretch), dev20 split (the rules were tuned on it)": real_rows("dev20"),
-        "REAL excerpts, twentieth batch, test20 split (never tuned on)": real_rows("test20"),
-        "REAL excerpts, twenty-first batch (an ordinary sample of the common stacks), dev21 split (the rules were tuned on it)": real_rows("dev21"),
-        "REAL excerpts, twenty-first batch, test21 split (never tuned on)": real_rows("test21"),
-        "REAL excerpts, twenty-second batch (an ordinary sample of other stacks), dev22 split (the rules were tuned on it)": real_rows("dev22"),
-        "REAL excerpts, twenty-second batch, test22 split (never tuned on)": real_rows("test22"),
     }
+    for (dev, test), (ordinal, aim) in zip(REAL_BATCHES[1:], _BATCH_AIMS, strict=True):
+        named = f"{ordinal} batch ({aim})" if aim else f"{ordinal} batch"
+        splits[f"REAL excerpts, {named}, {dev} split (the rules were tuned on it)"] = real_rows(dev)
+        splits[f"REAL excerpts, {ordinal} batch, {test} split (never tuned on)"] = real_rows(test)
     parts = [_MARK, "", "## Measured: rules stage (no model, no LLM)", "",
              "| slice | tails | accuracy | rules unsure |", "|---|---:|---:|---:|"]
     sections: list[str] = []

@@ -788,6 +788,8 @@ _PROGRESS_ALTERNATIVES = (
     r"^\s*\d+: [-+\d.e]+, [-+\d.e]+ avg(?: loss)?, [-+\d.e]+ rate, [\d.]+ seconds, \d+ images",
 )
 _PROGRESS = re.compile("|".join(_PROGRESS_ALTERNATIVES), re.IGNORECASE)
+# The same alternatives one by one (`_is_progress` runs only those whose words a line has).
+_PROGRESS_PARTS = tuple(re.compile(a, re.IGNORECASE) for a in _PROGRESS_ALTERNATIVES)
 # The same matches as \bgrad[ _]norm...: the word boundary is checked after the literal "grad",
 # which `re` then searches for at C speed instead of trying every position.
 _GRAD_NORM_VALUE = re.compile(
@@ -1049,7 +1051,7 @@ def _final_epoch_done(text: str, window: str) -> tuple[str, ...] | None:
     return tuple(dict.fromkeys([_line_at(text, base + last.start()), _line_at(text, base + at)]))
 
 
-_EPOCH_BATCH = re.compile(_EPOCH_AND_BATCH, re.IGNORECASE)
+_EPOCH_BATCH = _PROGRESS_PARTS[_PROGRESS_ALTERNATIVES.index(_EPOCH_AND_BATCH)]  # the progress part, compiled once
 
 
 def _final_batch_done(line: str) -> tuple[str, ...] | None:
@@ -1369,7 +1371,6 @@ _RANK_PREFIX_AT_START = re.compile(r"\[(?:rank|default)\d+\]:[ ]?")
 _PROGRESS_MARKERS_B = tuple(m.encode("ascii") for m in _PROGRESS_MARKERS if m != "%|")
 
 
-_PROGRESS_PARTS = tuple(re.compile(a, re.IGNORECASE) for a in _PROGRESS_ALTERNATIVES)
 # The only characters that match an ASCII letter case-insensitively without being one (and that
 # str.lower() does not turn into it): with none of them, a literal in a match is in line.lower().
 _FOLDS_TO_ASCII = ("\u0130", "\u0131", "\u017f", "\u212a")
