@@ -5,6 +5,7 @@ Not an accuracy test: `bench/triage_real.py` measures accuracy; `test` must neve
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 
@@ -143,3 +144,50 @@ def test_the_gate_trial_holds_out_every_real_test_split_and_trains_only_on_dev_s
     assert not test_ids & set(trained)
     first_four = [r["id"] for dev, _ in REAL_BATCHES[:4] for r in _rows(dev)]
     assert [r["id"] for r in train_rows(corpus, real_dev_weight=1, real_batches=4)] == first_four  # the shipped adapter's
+
+
+def _split_script():
+    import importlib.util
+
+    path = REAL_DIR.parents[3] / "scripts" / "split_real_batch.py"
+    spec = importlib.util.spec_from_file_location("split_real_batch", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_split_script_sets_doubt_aside_drops_reuse_and_splits_each_state_by_hash(tmp_path: Path, capsys) -> None:
+    script = _split_script()
+    used = _rows("dev")[0]
+
+    def row(i: int, label: str, **extra: str) -> dict:
+        return {"id": f"real-zz-case-{i}", "log": f"unique line {i} of a log\nsecond line {i}", "label": label,
+                "framework": "plain", "source": f"https://github.com/o/r/issues/{90000 + i} (t)", "why": "w", **extra}
+
+    rows = [row(i, "oom") for i in range(4)] + [row(4, "completed")]
+    rows += [row(5, "oom", doubt="unsure"), {**row(6, "oom"), "source": used["source"]},
+             {**row(7, "oom"), "log": used["log"]}, {**row(8, "oom"), "id": used["id"]}, row(9, "no_such_state"),
+             {**row(10, "oom"), "source": rows[0]["source"]}]
+    src = tmp_path / "rows.jsonl"
+    src.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+
+    assert script.main(["77", str(src), "--out-dir", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "5 rows kept (3 dev, 2 test)" in out
+    for reason in ("1 doubt", "2 thread already used", "1 overlaps an earlier excerpt", "1 id taken", "1 label not a state"):
+        assert reason in out, reason
+    dev = [json.loads(x) for x in (tmp_path / "dev77.jsonl").read_text().splitlines()]
+    test = [json.loads(x) for x in (tmp_path / "test77.jsonl").read_text().splitlines()]
+    assert sorted(r["id"] for r in dev + test) == sorted(r["id"] for r in rows[:5])
+    oom = sorted(rows[:4], key=lambda r: hashlib.sha256(r["id"].encode()).hexdigest())
+    assert [r["id"] for r in dev if r["label"] == "oom"] == [oom[0]["id"], oom[2]["id"]]
+    assert [r["id"] for r in test] == [oom[1]["id"], oom[3]["id"]]
+    assert all("doubt" not in r for r in dev + test)
+    # a second run refuses to overwrite the batch, and a malformed row stops it before anything is written
+    with pytest.raises(SystemExit, match="exists"):
+        script.main(["77", str(src), "--out-dir", str(tmp_path)])
+    src.write_text('{"id": "real-zz-x"}\n', encoding="utf-8")
+    with pytest.raises(SystemExit, match="lacks log"):
+        script.main(["78", str(src), "--out-dir", str(tmp_path)])
+    assert not (tmp_path / "dev78.jsonl").exists()
