@@ -120,6 +120,9 @@ _BATCH_AIMS: tuple[tuple[str, str], ...] = (
     ("twentieth", "failures after a long healthy stretch"),
     ("twenty-first", "an ordinary sample of the common stacks"),
     ("twenty-second", "an ordinary sample of other stacks"),
+    ("twenty-third", "an ordinary sample: Lightning, plain PyTorch, Megatron/NeMo, MMEngine, YOLO, JAX, Keras, ..."),
+    ("twenty-fourth", "an ordinary sample of threads opened in 2025-26"),
+    ("twenty-fifth", "an ordinary sample from model-release repos' own fine-tuning scripts"),
 )
 
 
