@@ -272,9 +272,13 @@ _rule("tried-to-allocate", "oom", 98, "tried to allocate",
 _rule("oom-killer", "oom", 98, ("oom-kill", "out of memory: kill", "oom_reaper", "memory cgroup out of memory", "invoked oom-killer"),
       r"Out of memory: Kill(?:ed)? process|invoked oom-killer|oom-kill:|oom_reaper: reaped"
       r"|Memory cgroup out of memory")
-_rule("cpu-alloc", "oom", 97, ("resource_exhausted", "defaultcpuallocator", "cannot allocate memory", "can't allocate memory", "std::bad_alloc", "memoryerror", "not enough memory"),
+_rule("cpu-alloc", "oom", 97, ("resource_exhausted", "that was not possible", "defaultcpuallocator", "cannot allocate memory", "can't allocate memory", "std::bad_alloc", "memoryerror", "not enough memory"),
       r"DefaultCPUAllocator: (?:not enough memory|can't allocate memory)|\bMemoryError\b"
-      r"|Cannot allocate memory|std::bad_alloc|RESOURCE_EXHAUSTED.{0,40}memory")
+      r"|Cannot allocate memory|std::bad_alloc|RESOURCE_EXHAUSTED.{0,40}memory"
+      # XLA (TPU/GPU): "RESOURCE_EXHAUSTED: Attempting to reserve 11.35G at the bottom of memory.
+      # That was not possible. There are 12.18G free, ..." (also "Attempting to allocate 50.00M.")
+      r"|RESOURCE_EXHAUSTED.{0,80}Attempting to (?:reserve|allocate) [\d.]+ ?[KMGT]"
+      r"|Attempting to (?:reserve|allocate) [\d.]+ ?[KMGT]i?B?\b.{0,40}That was not possible")
 _rule("shm-oom", "oom", 85, ("shared memory", "exited unexpectedly", "is killed by signal", "bus error", "enough gpu ram", "dispatched on the cpu"),
       r"insufficient shared memory|bus error encountered in worker|DataLoader worker \(pid\(?s?\)? [\d, ]+\) (?:is killed|exited unexpectedly)"
       r"|enough GPU RAM to fit|modules are dispatched on the CPU or the disk", confidence=0.85)
@@ -489,6 +493,14 @@ _rule("offline-cache", "io_error", 87, ("localentrynotfounderror", "outgoing tra
       r"|download(?:ing)? (?:failed|error|interrupted|incomplete)|failed (?:to download|downloading)"
       r"|HeaderTooLarge|MetadataIncompleteBuffer|incomplete (?:download|file)"
       r"|PytorchStreamReader failed reading zip archive|invalid load key", confidence=0.9)
+# transformers' "Can't load tokenizer for 'openai/clip-vit-large-patch14'" (and the same for the
+# configuration, image processor, feature extractor, processor) is raised when none of the files
+# could be fetched: connection errors are swallowed first. For a Hub id (org/name) it is the network
+# far more often than a wrong name, which fails earlier as "is not a valid model identifier" (the
+# threads' fixes: a mirror, a proxy, pre-downloading). For a local path it stays a config error.
+_rule("hub-unreachable", "io_error", 95, ("can't load",),
+      r"Can't load (?:tokenizer|the configuration of|image processor|feature extractor|processor) (?:for )?"
+      r"'[a-z0-9][\w.-]*/[\w.-]+'", confidence=0.85)
 _rule("s3", "io_error", 86, ("upload failed", "botocore", "s3", "nosuchbucket", "slowdown", "failed to upload"),
       r"botocore\.exceptions\.\w+|S3UploadFailedError|upload failed|NoSuchBucket|SlowDown|Failed to upload \S+ to\b",
       soft=True, confidence=0.85)

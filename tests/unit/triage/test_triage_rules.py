@@ -456,6 +456,24 @@ def test_the_shells_time_report_is_completion_only_with_no_failure_before_it() -
      "cuda_fault"),
     ("[E ProcessGroupNCCL.cpp:455] Some NCCL operations have failed or timed out. Due to the asynchronous nature of "
      "CUDA kernels, subsequent GPU operations might run on corrupted/incomplete data.\n", "stalled"),
+    # XLA's allocator, on TPU and GPU: the "memory" is past the words the older pattern allowed
+    ("E external/org_tensorflow/tensorflow/compiler/xla/pjrt/pjrt_stream_executor_client.cc:2085] Execution of "
+     "replica 0 failed: RESOURCE_EXHAUSTED: Attempting to reserve 11.35G at the bottom of memory. That was not "
+     "possible. There are 12.18G free, 0B reserved, and 10.52G reservable.\n", "oom"),
+    ("jaxlib.xla_extension.XlaRuntimeError: RESOURCE_EXHAUSTED: Error allocating device buffer: Attempting to "
+     "allocate 50.00M. That was not possible. There are 27.86M free.; (0x0x0_HBM0)\n", "oom"),
+    # transformers gave up fetching a Hub id's files (the network) ...
+    ("OSError: Can't load tokenizer for 'openai/clip-vit-large-patch14'. If you were trying to load it from "
+     "'https://huggingface.co/models', make sure you don't have a local directory with the same name.\n", "io_error"),
+    ("OSError: Can't load the configuration of 'Qwen/Qwen3-Embedding-0.6B'. If you were trying to load it from "
+     "'https://huggingface.co/models', make sure you don't have a local directory with the same name.\n", "io_error"),
+    # ... but a local path without the files is the user's setup
+    ("OSError: Can't load tokenizer for './models/clip-vit-large-patch14'. If you were trying to load it from "
+     "'https://huggingface.co/models', make sure you don't have a local directory with the same name.\n",
+     "data_error"),
+    ("OSError: Can't load tokenizer for '/data/ckpt/run3/checkpoint-500'. If you were trying to load it from "
+     "'https://huggingface.co/models', make sure you don't have a local directory with the same name.\n",
+     "data_error"),
 ])
 def test_failures_as_these_stacks_print_them(text: str, state: str) -> None:
     assert classify(text).state == state
