@@ -123,6 +123,7 @@ _BATCH_AIMS: tuple[tuple[str, str], ...] = (
     ("twenty-third", "an ordinary sample: Lightning, plain PyTorch, Megatron/NeMo, MMEngine, YOLO, JAX, Keras, ..."),
     ("twenty-fourth", "an ordinary sample of threads opened in 2025-26"),
     ("twenty-fifth", "an ordinary sample from model-release repos' own fine-tuning scripts"),
+    ("twenty-sixth", "an ordinary sample from research code of every field"),
 )
 
 

@@ -289,8 +289,9 @@ _rule("oom-recovered", "oom", 70, ("attempting to recover", "skipping batch"),
       confidence=0.7)
 _rule("generic-oom", "oom", 80, ("out of memory", "oom"),
       r"\bout of memory\b|\bOOM(?:ed)?\b(?! *[:=]? *0(?![\d.]))", confidence=0.85)  # not a counter: "oom 0", "OOM: 0"
-_rule("sigkill", "oom", 60, ("sigkill", "exitcode", "exit code", "return code", "exit status", "killed"),
+_rule("sigkill", "oom", 60, ("sigkill", "exitcode", "exit code", "return code", "exit status", "killed", "error code -"),
       r"Signals\.SIGKILL|Signal 9 \(SIGKILL\)|exit ?code:? ?-9\b|exitcode\s*:\s*-9\b|return code = -9\b"
+      r"|\berror code -9\b"  # NVIDIA DIGITS, for the Caffe/Torch process it ran
       r"|killed by signal: Killed"
       r"|exit status (?:-9|137)\b|exit code 137\b|^(?:\S*: line \d+: +\d+ )?Killed\b"
       # The shell's "Killed" lands at the cursor: after a progress bar that ended without a newline.
@@ -720,7 +721,7 @@ _rule("completed", "completed", 50,
       ("training is", "run is", "run complete", "completed in", "optimizer stripped", "exits successfully", "early stop", "run done", "final adapter saved", "training completed", "train_runtime", "train metrics", "training complete", "stopped:", "after training is done", "finished training", "training finished", "training done", "run finished", "saving final", "final model saved", "status: completed", "done training", "finished step=", "steps reached", "epochs reached", "iterations reached", "finish train", "shrink model to", "bestiteration =",
        "average val", "average test", "final val", "final test", "end time of running main", "saved final",
        "training was", "run was", "saving the final", "max epochs num!", "max frames num!", "*** best metric:",
-       "saved pipeline to output directory", "train completed, best_metric", "key: avg_"),
+       "saved pipeline to output directory", "train completed, best_metric", "key: avg_", "optimization done"),
       r"Training completed\. Do not forget|Training Completed!|\btrain_runtime\b|\*{3,} train metrics \*{3,}"
       r"|`Trainer\.fit` stopped: `max_(?:epochs|steps)=\d+` reached|\[after training is done\]"
       # (ESPnet: "was"; not one epoch's or step's end, as hand-written loops print it: "Training completed
@@ -743,6 +744,7 @@ _rule("completed", "completed", 50,
       r"|\*\*\* Best metric: \S+ \(epoch \d+\)"  # timm's train.py, after the last epoch
       r"|Saved pipeline to output directory"  # spaCy's `train`, only when the loop ended without an error
       r"|\btrain completed, best_metric:"  # MONAI's training loops, after the last epoch
+      r"|(?:^|\] )Optimization Done\.?[ \t]*$"  # Caffe's solver (glog line, or bare under DIGITS), after max_iter
       r"|^Key: avg_(?:train_prep|train_loss|eval_prep|eval_loss|epoch_time|checkpoint_time), Value: ",  # llama-recipes,
       # printing what train() returned
       confidence=0.95)

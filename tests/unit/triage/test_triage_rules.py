@@ -399,6 +399,10 @@ def test_the_last_epoch_run_to_its_end_is_a_finished_run() -> None:
     "PEFT modules are saved in /out directory\nKey: avg_train_prep, Value: 1.1131309270858765\n"
     "Key: avg_train_loss, Value: 0.1071767508983612\n",  # llama-recipes, what train() returned
     "Epoch [5/5], Step [500/600], Loss: 0.0412\nEpoch [5/5], Step [600/600], Loss: 0.0391\n",  # counters at their totals
+    "I0728 00:22:59.593644 24418 solver.cpp:481]     Test net output #0: accuracy = 0.768236\n"
+    "I0728 00:22:59.593730 24418 solver.cpp:411] Optimization Done.\n"
+    "I0728 00:22:59.593740 24418 caffe.cpp:187] Optimization Done.\n",  # Caffe
+    "Iteration 2000, loss = 0.0421\nOptimization Done.\n",  # Caffe's solver under DIGITS (no glog prefix)
 ])
 def test_more_ends_of_runs_as_their_sources_print_them(text: str) -> None:
     assert classify(text).state == "completed"
@@ -474,6 +478,8 @@ def test_the_shells_time_report_is_completion_only_with_no_failure_before_it() -
     ("OSError: Can't load tokenizer for '/data/ckpt/run3/checkpoint-500'. If you were trying to load it from "
      "'https://huggingface.co/models', make sure you don't have a local directory with the same name.\n",
      "data_error"),
+    ("ERROR: error code -9\n\nStarting Optimization\nIteration 0, Testing net (#0)\n"
+     "Test net output #0: loss_bbox = 18.4677 (* 2 = 36.9353 loss)\n", "oom"),  # DIGITS: SIGKILL, posted first
 ])
 def test_failures_as_these_stacks_print_them(text: str, state: str) -> None:
     assert classify(text).state == state
