@@ -124,6 +124,7 @@ _BATCH_AIMS: tuple[tuple[str, str], ...] = (
     ("twenty-fourth", "an ordinary sample of threads opened in 2025-26"),
     ("twenty-fifth", "an ordinary sample from model-release repos' own fine-tuning scripts"),
     ("twenty-sixth", "an ordinary sample from research code of every field"),
+    ("twenty-seventh", "an ordinary sample of the Hugging Face stack: Trainer, TRL, PEFT, accelerate, DeepSpeed, ..."),
 )
 
 

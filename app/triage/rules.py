@@ -1068,11 +1068,32 @@ def _final_epoch_done(text: str, window: str) -> tuple[str, ...] | None:
 _EPOCH_BATCH = _PROGRESS_PARTS[_PROGRESS_ALTERNATIVES.index(_EPOCH_AND_BATCH)]  # the progress part, compiled once
 
 
+# The run's step counter at its total, in the key-value logs of LLaMA-Factory (trainer_log.jsonl and
+# its console: "current_steps": 3235, "total_steps": 3235) and ms-swift ('global_step/max_steps': '3235/3235').
+_STEPS_OF_TOTAL = re.compile(r"""current_steps["']: *(\d+), *["']total_steps["']: *(\d+)"""
+                             r"""|global_step/max_steps["']: *["'](\d+)/(\d+)["']""")
+
+
+def _final_steps_done(line: str) -> tuple[str, ...] | None:
+    """(line,) when it holds the run's step counter at its total (`_STEPS_OF_TOTAL`), else None."""
+    if "total_steps" not in line and "max_steps" not in line:
+        return None
+    m = _STEPS_OF_TOTAL.search(line)
+    if m is None:
+        return None
+    done, total = (int(g) for g in m.groups() if g is not None)
+    return (line.strip()[:_EVIDENCE_CHARS],) if total >= 1 and done == total else None
+
+
 def _final_batch_done(line: str) -> tuple[str, ...] | None:
     """Evidence that the last progress line is the last batch of the last epoch, or None: the epoch
     counter at its total (counted from 1) and the batch counter at its total or one short (counted
     from 0, as llama-recipes' "Training Epoch: 3/3, step 49/50" is). An epoch counter one short is
-    not read as counted from 0: llama-recipes' "Epoch: 2/3, step 49/50" is the end of epoch 2 of 3."""
+    not read as counted from 0: llama-recipes' "Epoch: 2/3, step 49/50" is the end of epoch 2 of 3.
+    Or the run's own step counter at its total (`_final_steps_done`)."""
+    steps = _final_steps_done(line)
+    if steps is not None:
+        return steps
     m = _EPOCH_BATCH.search(line)
     if m is None:
         return None
@@ -1177,7 +1198,9 @@ def _decide(
     if progress_pos >= 0:
         if guess == "stalled":
             return Verdict("stalled", 0.9, (idle_evidence, progress_line), "idle-after-progress", "stalled")
-        final = _final_epoch_done(*end) or _final_batch_done(progress_line)
+        # (LLaMA-Factory's last trainer_log entry has "loss": null: no progress line, but the count)
+        last_line = end[0][end[0].rstrip().rfind("\n") + 1 :]
+        final = _final_epoch_done(*end) or _final_batch_done(progress_line) or _final_steps_done(last_line)
         if final is not None:
             return Verdict("completed", 0.8, final, "final-epoch-done", "completed")
         return Verdict("progressing", 0.9 if idle is not None else 0.85, (progress_line,), "progress", "progressing")

@@ -483,3 +483,17 @@ def test_the_shells_time_report_is_completion_only_with_no_failure_before_it() -
 ])
 def test_failures_as_these_stacks_print_them(text: str, state: str) -> None:
     assert classify(text).state == state
+
+
+def test_the_runs_step_counter_at_its_total_is_a_finished_run() -> None:
+    """LLaMA-Factory's trainer_log (its last entry has "loss": null) and ms-swift's log lines."""
+    entry = ('{{"current_steps": {n}, "total_steps": 3235, "loss": {loss}, "learning_rate": 1e-08, "epoch": 1.0, '
+             '"percentage": 99.9, "elapsed_time": "5:16:48", "remaining_time": "0:00:01"}}\n')
+    assert classify(entry.format(n=3230, loss="4.4598") + entry.format(n=3235, loss="null")).state == "completed"
+    assert classify(entry.format(n=3220, loss="4.4458") + entry.format(n=3230, loss="4.4598")).state == "progressing"
+    swift = ("{{'loss': 0.412, 'acc': 0.87, 'grad_norm': 1.3, 'learning_rate': 1e-06, 'epoch': 3.0, "
+             "'global_step/max_steps': '{n}/1200', 'percentage': '99.9%', 'elapsed_time': '2h', 'remaining_time': '1s'}}\n")
+    assert classify(swift.format(n=1200)).state == "completed"
+    assert classify(swift.format(n=1199)).state == "progressing"
+    assert classify(entry.format(n=0, loss="null").replace("3235", "0")).state != "completed"
+
