@@ -14,7 +14,7 @@ Two predictors per split:
   `needs_operator`; that best guess is scored, and the needs_operator count is reported.
 
 Printed: accuracy overall, per state, per framework, and every miss with its evidence lines.
-Twenty-two batches, each split into dev and test before any classifier ran on it: `dev`/`test` (the
+Twenty-seven batches, each split into dev and test before any classifier ran on it: `dev`/`test` (the
 first, 87 rows), `dev2`/`test2` and `dev3`/`test3` and `dev4`/`test4` (74, 66 and 74 rows, collected blind
 in session 3; the third from frameworks the first two barely had: JAX, TF, Paddle, MindSpore,
 ESPnet, ...; the fourth from LLM fine-tuning as run in 2024-25 and from vision, speech, RL, GNN), and
@@ -33,7 +33,9 @@ session 6: RL, science, vision, speech and diffusion trainers), `dev18`/`test18`
 posted in pull requests), `dev19`/`test19` (9 rows, session 6: runs that ended, posted with a question
 about what came after), `dev20`/`test20` (16 rows, session 6: failures after a long healthy stretch),
 `dev21`/`test21` and `dev22`/`test22` (6 and 11 rows, session 6: an ordinary sample of every state,
-of the common stacks and of others; nothing was tuned on them). The test splits must never be used to tune rules: look at their misses only as id/label/predicted.
+of the common stacks and of others; nothing was tuned on them), and `dev23`-`dev27`/`test23`-`test27`
+(17, 6, 22, 26 and 16 rows, session 7: ordinary samples of non-HF stacks, 2025-26 threads, model-release
+repos, research code and the HF stack). The test splits must never be used to tune rules: look at their misses only as id/label/predicted.
 """
 
 from __future__ import annotations
