@@ -63,6 +63,8 @@ def _read(paths: list[Path]) -> list[dict]:
                 row = json.loads(line)
             except json.JSONDecodeError as e:
                 raise SystemExit(f"error: {path}:{n} is not JSON ({e.msg}); fix the line and run again") from None
+            if not isinstance(row, dict):
+                raise SystemExit(f"error: {path}:{n} is not a JSON object; each line is one row {{\"id\": ..., ...}}")
             if row.get("doubt"):
                 rows.append(row)  # set aside below, unread
                 continue

@@ -193,3 +193,6 @@ def test_the_split_script_sets_doubt_aside_drops_reuse_and_splits_each_state_by_
     with pytest.raises(SystemExit, match="lacks log"):
         script.main(["78", str(src), "--out-dir", str(tmp_path)])
     assert not (tmp_path / "dev78.jsonl").exists()
+    src.write_text('["not", "a", "row"]\n', encoding="utf-8")
+    with pytest.raises(SystemExit, match="not a JSON object"):
+        script.main(["78", str(src), "--out-dir", str(tmp_path)])
