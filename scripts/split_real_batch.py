@@ -26,11 +26,15 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-REAL_DIR = REPO / "app" / "triage" / "data" / "real"
-HANDWRITTEN = REPO / "app" / "triage" / "data" / "handwritten.txt"
-STATES = ("progressing", "completed", "oom", "diverged", "cuda_fault", "data_error", "io_error", "stalled")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from app.triage.corpus import DATA_DIR
+from app.triage.rules import STATES
+
+REAL_DIR = DATA_DIR / "real"
+HANDWRITTEN = DATA_DIR / "handwritten.txt"
 FIELDS = ("id", "log", "label", "framework", "source", "why")
+KEPT = ("id", "log", "idle_seconds", "label", "framework", "source", "why")  # a committed row's keys, in order
 MAX_LOG_BYTES = 16_384
 _URL = re.compile(r"https?://\S+")
 
@@ -105,7 +109,7 @@ def split(batch: int, paths: list[Path], *, dry_run: bool, out_dir: Path = REAL_
         threads.add(thread)
         ids.add(row["id"])
         logs.append(log)
-        kept.append({k: row[k] for k in ("id", "log", "idle_seconds", "label", "framework", "source", "why") if k in row})
+        kept.append({k: row[k] for k in KEPT if k in row})
     dev, test = [], []
     for state in STATES:
         of_state = sorted((r for r in kept if r["label"] == state), key=lambda r: hashlib.sha256(r["id"].encode()).hexdigest())

@@ -1089,11 +1089,7 @@ def _final_batch_done(line: str) -> tuple[str, ...] | None:
     """Evidence that the last progress line is the last batch of the last epoch, or None: the epoch
     counter at its total (counted from 1) and the batch counter at its total or one short (counted
     from 0, as llama-recipes' "Training Epoch: 3/3, step 49/50" is). An epoch counter one short is
-    not read as counted from 0: llama-recipes' "Epoch: 2/3, step 49/50" is the end of epoch 2 of 3.
-    Or the run's own step counter at its total (`_final_steps_done`)."""
-    steps = _final_steps_done(line)
-    if steps is not None:
-        return steps
+    not read as counted from 0: llama-recipes' "Epoch: 2/3, step 49/50" is the end of epoch 2 of 3."""
     m = _EPOCH_BATCH.search(line)
     if m is None:
         return None
@@ -1198,9 +1194,10 @@ def _decide(
     if progress_pos >= 0:
         if guess == "stalled":
             return Verdict("stalled", 0.9, (idle_evidence, progress_line), "idle-after-progress", "stalled")
-        # (LLaMA-Factory's last trainer_log entry has "loss": null: no progress line, but the count)
-        last_line = end[0][end[0].rstrip().rfind("\n") + 1 :]
-        final = _final_epoch_done(*end) or _final_batch_done(progress_line) or _final_steps_done(last_line)
+        # The step counter is read on the last progress line and on the last line: LLaMA-Factory's
+        # last trainer_log entry has "loss": null, so it is no progress line, but it holds the count.
+        final = (_final_epoch_done(*end) or _final_batch_done(progress_line) or _final_steps_done(progress_line)
+                 or _final_steps_done(end[0][end[0].rstrip().rfind("\n") + 1 :]))
         if final is not None:
             return Verdict("completed", 0.8, final, "final-epoch-done", "completed")
         return Verdict("progressing", 0.9 if idle is not None else 0.85, (progress_line,), "progress", "progressing")
