@@ -143,19 +143,21 @@ def triage_file(
 def train_specialist(
     out: Annotated[Path, typer.Option("--out", help="Work directory: corpus, job dirs, trial.")] = Path("triage-specialist"),
     seeds: Annotated[str, typer.Option("--seeds", help="Comma-separated training seeds (two for the gate).")] = "1,2",
-    max_steps: Annotated[int, typer.Option("--max-steps", min=1)] = 300,
+    max_steps: Annotated[int, typer.Option("--max-steps", min=1)] = 200,
     max_seq_len: Annotated[int, typer.Option("--max-seq-len", min=16)] = 128,
     quantization: Annotated[str, typer.Option("--quantization", help="nf4 or none (nf4 is slow on CPU).")] = "nf4",
     corpus_seed: Annotated[int, typer.Option("--corpus-seed")] = 8,
-    learning_rate: Annotated[float, typer.Option("--learning-rate")] = 1e-3,
+    learning_rate: Annotated[float, typer.Option("--learning-rate")] = 3e-3,
     reuse: Annotated[bool, typer.Option("--reuse", help="Keep seeds already trained in --out; re-evaluate only.")] = False,
     real_dev_weight: Annotated[int, typer.Option("--real-dev-weight", min=0,
-                                                 help="Times each real dev excerpt joins the train split (0: generated only).")] = 0,
+                                                 help="Times each real dev excerpt joins the train split (0: generated only).")] = 3,
     real_batches: Annotated[int | None, typer.Option("--real-batches", min=1,
                                                      help="Train on the dev halves of the first N real batches only (default: all).")] = None,
     install: Annotated[bool, typer.Option("--install", help="Copy the best seed's adapter into the package if the gate promotes.")] = False,
 ) -> None:
     """Build the corpus, train the specialist with two seeds, evaluate, write and judge a gate trial."""
+    # The defaults are TrainingPlan's (the shipped recipe), written out so that `--help` does not
+    # import the rules; tests/unit/triage/test_training_plan.py holds the two equal.
     from app.triage.training import TrainingFailed, TrainingPlan, train_and_judge
 
     try:
