@@ -125,6 +125,10 @@ _BATCH_AIMS: tuple[tuple[str, str], ...] = (
     ("twenty-fifth", "an ordinary sample from model-release repos' own fine-tuning scripts"),
     ("twenty-sixth", "an ordinary sample from research code of every field"),
     ("twenty-seventh", "an ordinary sample of the Hugging Face stack: Trainer, TRL, PEFT, accelerate, DeepSpeed, ..."),
+    ("twenty-eighth", "an ordinary sample of Chinese model families' fine-tuning: Qwen, ChatGLM, InternLM/XTuner, ..."),
+    ("twenty-ninth", "an ordinary sample of computer vision: detectron2, MMDetection, ultralytics, timm, ..."),
+    ("thirtieth", "an ordinary sample of speech, audio and classic NLP: fairseq, ESPnet, NeMo, Whisper, ..."),
+    ("thirty-first", "an ordinary sample of image generation and RL: kohya, diffusers, SB3, OpenRLHF, verl, ..."),
 )
 
 
