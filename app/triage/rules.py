@@ -305,6 +305,9 @@ _rule("nan-loss", "diverged", 94, _INF_NEEDLES,
       # (mmdet/mmseg log every loss term by its key: `decode.loss_seg: nan`, `loss_cls: nan`)
       # losses logged by their own names (GluonCV/MXNet metrics: CrossEntropy=nan, SmoothL1=nan)
       r"""|\b(?:cross_?entropy|smooth_?l1|nll|bce|focal|kl_?div)\w*['"]?\s*[:=]\s*['"]?[-+]?nan\b""")
+# A printed tensor of NaNs (the model's outputs or loss, printed by the script): torch or TensorFlow
+_rule("nan-tensor", "diverged", 85, ("tensor([nan", "tensor([[nan", "tensor([[[nan", "tensor([[[[nan"),
+      r"\btensor\(\[+(?:[-+]?nan(?:, *| +)){2,}[-+]?nan\b", confidence=0.85)
 # darknet's region layers: a NaN IOU where the layer had objects (with `count: 0` it is 0/0, and normal)
 _rule("darknet-nan", "diverged", 90, ("avg iou",), r"\bAvg IOU: -?nan\b[^\n]*\bcount: [1-9]", confidence=0.9)
 _rule("nan-grad-norm", "diverged", 60, _INF_NEEDLES,
@@ -313,7 +316,7 @@ _rule("loss-is-nan", "diverged", 95, ("nan", "non-finite", "not finite", "infini
       r"loss (?:is|became|has become|returned[^.\n]{0,40}is) (?:nan|inf|non-finite|infinite)"
       r"|non-finite (?:loss|gradient|grad norm|values?)|is not finite|returned nan values"
       r"|found NaN in local grad norm|NaN or Inf found in input tensor|detected (?:inf|nan)"
-      r"|(?:nan|inf) (?:loss|gradients?) detected|loss contains nan|Encountered nan"
+      r"|(?:nan|inf) (?:loss|gradients?) detected|\b(?:nan|inf) loss with\b|loss contains nan|Encountered nan"
       r"|grad(?:ient)?[ _]norm (?:is|was|became) (?:nan|inf)"
       # TensorFlow's CheckNumerics (clip_by_global_norm's, or tf.debugging.check_numerics on a loss)
       r"|Found Inf or NaN global norm|Tensor had (?:NaN|Inf) values")
@@ -458,14 +461,16 @@ _rule("hang-detected", "stalled", 80, ("hang", "stuck", "no progress"),
       r"|no progress (?:for|in) \d+|process (?:is )?stuck", confidence=0.85)
 
 # --- io_error: disk full, write failures, downloads and network ------------------------------
-_rule("disk-full", "io_error", 96, ("disk is full", "no space left", "errno 28", "disk quota", "storagefull", "enospc", "disk full"),
-      r"No space left on device|\[Errno 28\]|Disk quota exceeded|StorageFull|\bENOSPC\b|disk (?:is )?full")
+_rule("disk-full", "io_error", 96, ("disk is full", "no space left", "errno 28", "disk quota", "storagefull", "enospc", "disk full", "not enough disk space"),
+      r"No space left on device|\[Errno 28\]|Disk quota exceeded|StorageFull|\bENOSPC\b|disk (?:is )?full"
+      r"|Not enough disk space\b")  # HF datasets, before it downloads or prepares a dataset
 _rule("permission", "io_error", 80, ("permission denied", "errno 13]"),
       r"PermissionError: \[Errno 13\]|\[Errno 13\] Permission denied", confidence=0.85)
-_rule("write-failed", "io_error", 95, ("write incomplete", "too many open files", "errno 24]", "pytorchstreamwriter", "errno 116]", "file write failed", "unexpected pos", "read-only file system", "input/output error", "stale file handle", "errno 5]", "errno 30]", "errno 122]", "winerror 32]"),
+_rule("write-failed", "io_error", 95, ("write incomplete", "too many open files", "errno 24]", "pytorchstreamwriter", "errno 116]", "file write failed", "unexpected pos", "read-only file system", "input/output error", "stale file handle", "errno 5]", "errno 30]", "errno 122]", "winerror 32]", "error while serializing: ioerror"),
       r"file write failed|PytorchStreamWriter failed|unexpected pos \d+ vs \d+|Read-only file system"
       r"|Input/output error|\[Errno (?:5|30|122|116|24)\]|Stale file handle|Too many open files"
-      r"|FileStream\.Write incomplete|\[WinError 32\]")  # WinError 32: the file is held by another process
+      r"|FileStream\.Write incomplete|\[WinError 32\]"
+      r"|Error while serializing: IoError")  # safetensors' save_file, on the OS's write error  # WinError 32: the file is held by another process
 _rule("ckpt-save-failed", "io_error", 85, ("to save", "to write", "checkpoint save", "checkpoint write", "checkpoint upload", "error saving", "error writing"),
       r"(?:failed|unable|could not) to (?:save|write) (?:the )?(?:checkpoint|model|state|adapter)"
       r"|Error writing (?:\(tmp\) )?checkpoint"
@@ -721,7 +726,8 @@ _rule("completed", "completed", 50,
       ("training is", "run is", "run complete", "completed in", "optimizer stripped", "exits successfully", "early stop", "run done", "final adapter saved", "training completed", "train_runtime", "train metrics", "training complete", "stopped:", "after training is done", "finished training", "training finished", "training done", "run finished", "saving final", "final model saved", "status: completed", "done training", "finished step=", "steps reached", "epochs reached", "iterations reached", "finish train", "shrink model to", "bestiteration =",
        "average val", "average test", "final val", "final test", "end time of running main", "saved final",
        "training was", "run was", "saving the final", "max epochs num!", "max frames num!", "*** best metric:",
-       "saved pipeline to output directory", "train completed, best_metric", "key: avg_", "optimization done"),
+       "saved pipeline to output directory", "train completed, best_metric", "key: avg_", "optimization done",
+       "testing using best model", "testing using final model", "testing using last state", "- f1-score (micro)"),
       r"Training completed\. Do not forget|Training Completed!|\btrain_runtime\b|\*{3,} train metrics \*{3,}"
       r"|`Trainer\.fit` stopped: `max_(?:epochs|steps)=\d+` reached|\[after training is done\]"
       # (ESPnet: "was"; not one epoch's or step's end, as hand-written loops print it: "Training completed
@@ -743,6 +749,8 @@ _rule("completed", "completed", 50,
       r"|^MAX (?:EPOCHS|FRAMES) NUM!"  # rl_games (Isaac Gym, IsaacGymEnvs), as it leaves the loop
       r"|\*\*\* Best metric: \S+ \(epoch \d+\)"  # timm's train.py, after the last epoch
       r"|Saved pipeline to output directory"  # spaCy's `train`, only when the loop ended without an error
+      r"|\bTesting using (?:best|final|last state of(?: the)?) model\b"  # flair's ModelTrainer, after the last epoch
+      r"|^- F1-score \(micro\) [\d.]+[ \t]*$"  # flair's final test report
       r"|\btrain completed, best_metric:"  # MONAI's training loops, after the last epoch
       r"|(?:^|\] )Optimization Done\.?[ \t]*$"  # Caffe's solver (glog line, or bare under DIGITS), after max_iter
       r"|^Key: avg_(?:train_prep|train_loss|eval_prep|eval_loss|epoch_time|checkpoint_time), Value: ",  # llama-recipes,
@@ -757,8 +765,10 @@ _rule("run-bar-full", "completed", 50, ("training progress:", "training:"),
 # no failure at all before it (`_decide`), since a crash gets the same report.
 _rule(_EXIT_SUMMARY_RULE, "completed", 50, ("real ", "real\t"), r"^real[ \t]+\d+m\d+(?:[.,]\d+)?s[ \t]*$",
       confidence=0.75)
-_rule(_SUMMARY_RULE, "completed", 50, ("total training time",),
-      r"(?<!estimated )(?<!remaining )\bTotal training time\b", confidence=0.85)
+_rule(_SUMMARY_RULE, "completed", 50, ("total training time", "training time "),
+      r"(?<!estimated )(?<!remaining )\bTotal training time\b"
+      r"|^Training time \d+:\d\d:\d\d\b",  # DETR's main() and the repos built on it (DeiT, MAE, ...), after the loop
+      confidence=0.85)
 _rule("sem-completed", "completed", 50,
       ("done", "finish", "complete", "succeed", "success", "reached max", "exported", "stored", "written", "exit code 0"),
       r"(?:\b(?:training|fine-?tun(?:e|ing)|run|job|experiment|all (?:\d+ )?(?:steps|epochs|iterations))\b[^\n]{0,30}?"
