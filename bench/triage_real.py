@@ -9,12 +9,12 @@ Two predictors per split:
 
 * rules: `app.triage.rules.classify`. An `unsure` verdict is scored by its best guess (`guess`),
   and the number of unsure rows is reported.
-* chain: `TriageChain` as shipped, without an LLM: the specialist only if one is promoted (none is
-  today), no escalation. A row no stage was confident about comes back as its best guess with
+* chain: `TriageChain` as shipped, without an LLM: the shipped specialist (if one is promoted: one is,
+  `app/triage/log_doctor/`), no escalation. A row no stage was confident about comes back as its best guess with
   `needs_operator`; that best guess is scored, and the needs_operator count is reported.
 
 Printed: accuracy overall, per state, per framework, and every miss with its evidence lines.
-Twenty-seven batches, each split into dev and test before any classifier ran on it: `dev`/`test` (the
+Thirty-one batches, each split into dev and test before any classifier ran on it: `dev`/`test` (the
 first, 87 rows), `dev2`/`test2` and `dev3`/`test3` and `dev4`/`test4` (74, 66 and 74 rows, collected blind
 in session 3; the third from frameworks the first two barely had: JAX, TF, Paddle, MindSpore,
 ESPnet, ...; the fourth from LLM fine-tuning as run in 2024-25 and from vision, speech, RL, GNN), and
@@ -35,7 +35,9 @@ about what came after), `dev20`/`test20` (16 rows, session 6: failures after a l
 `dev21`/`test21` and `dev22`/`test22` (6 and 11 rows, session 6: an ordinary sample of every state,
 of the common stacks and of others; nothing was tuned on them), and `dev23`-`dev27`/`test23`-`test27`
 (17, 6, 22, 26 and 16 rows, session 7: ordinary samples of non-HF stacks, 2025-26 threads, model-release
-repos, research code and the HF stack). The test splits must never be used to tune rules: look at their misses only as id/label/predicted.
+repos, research code and the HF stack), and `dev28`-`dev31`/`test28`-`test31` (18, 17, 23 and 18 rows,
+session 8: ordinary samples of Chinese model families' fine-tuning, vision, speech and classic NLP,
+image generation and RL). The test splits must never be used to tune rules: look at their misses only as id/label/predicted.
 """
 
 from __future__ import annotations
