@@ -306,7 +306,7 @@ _rule("nan-loss", "diverged", 94, _INF_NEEDLES,
       # losses logged by their own names (GluonCV/MXNet metrics: CrossEntropy=nan, SmoothL1=nan)
       r"""|\b(?:cross_?entropy|smooth_?l1|nll|bce|focal|kl_?div)\w*['"]?\s*[:=]\s*['"]?[-+]?nan\b""")
 # A printed tensor of NaNs (the model's outputs or loss, printed by the script): torch or TensorFlow
-_rule("nan-tensor", "diverged", 85, ("tensor([nan", "tensor([[nan", "tensor([[[nan", "tensor([[[[nan"),
+_rule("nan-tensor", "diverged", 85, ("nan, nan", "nan nan"),
       r"\btensor\(\[+(?:[-+]?nan(?:, *| +)){2,}[-+]?nan\b", confidence=0.85)
 # darknet's region layers: a NaN IOU where the layer had objects (with `count: 0` it is 0/0, and normal)
 _rule("darknet-nan", "diverged", 90, ("avg iou",), r"\bAvg IOU: -?nan\b[^\n]*\bcount: [1-9]", confidence=0.9)
@@ -727,7 +727,7 @@ _rule("completed", "completed", 50,
        "average val", "average test", "final val", "final test", "end time of running main", "saved final",
        "training was", "run was", "saving the final", "max epochs num!", "max frames num!", "*** best metric:",
        "saved pipeline to output directory", "train completed, best_metric", "key: avg_", "optimization done",
-       "testing using best model", "testing using final model", "testing using last state", "- f1-score (micro)"),
+       "testing using ", "- f1-score (micro)"),
       r"Training completed\. Do not forget|Training Completed!|\btrain_runtime\b|\*{3,} train metrics \*{3,}"
       r"|`Trainer\.fit` stopped: `max_(?:epochs|steps)=\d+` reached|\[after training is done\]"
       # (ESPnet: "was"; not one epoch's or step's end, as hand-written loops print it: "Training completed
