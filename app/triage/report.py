@@ -129,6 +129,10 @@ _BATCH_AIMS: tuple[tuple[str, str], ...] = (
     ("twenty-ninth", "an ordinary sample of computer vision: detectron2, MMDetection, ultralytics, timm, ..."),
     ("thirtieth", "an ordinary sample of speech, audio and classic NLP: fairseq, ESPnet, NeMo, Whisper, ..."),
     ("thirty-first", "an ordinary sample of image generation and RL: kohya, diffusers, SB3, OpenRLHF, verl, ..."),
+    ("thirty-second", "an ordinary sample of threads opened late 2025-26, any stack"),
+    ("thirty-third", "an ordinary sample of JAX/TPU and TensorFlow/Keras"),
+    ("thirty-fourth", "an ordinary sample of multimodal and vision-language fine-tuning"),
+    ("thirty-fifth", "an ordinary sample of tabular, time-series, recommender, graph and scientific ML"),
 )
 
 
