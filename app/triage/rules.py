@@ -282,8 +282,9 @@ _rule("cpu-alloc", "oom", 97, ("resource_exhausted", "that was not possible", "d
 _rule("shm-oom", "oom", 85, ("shared memory", "exited unexpectedly", "is killed by signal", "bus error", "enough gpu ram", "dispatched on the cpu"),
       r"insufficient shared memory|bus error encountered in worker|DataLoader worker \(pid\(?s?\)? [\d, ]+\) (?:is killed|exited unexpectedly)"
       r"|enough GPU RAM to fit|modules are dispatched on the CPU or the disk", confidence=0.85)
-_rule("bnb-oom", "oom", 96, ("cudamalloc", "cublas_status_alloc_failed", "alloc_failed"),
-      r"cudaMalloc(?:Async)? (?:failed|retries)|CUBLAS_STATUS_ALLOC_FAILED|CUDNN_STATUS_ALLOC_FAILED")
+_rule("bnb-oom", "oom", 96, ("cudamalloc", "cublas_status_alloc_failed", "alloc_failed", "memory object allocation failure", "mem_object_allocation_failure"),
+      r"cudaMalloc(?:Async)? (?:failed|retries)|CUBLAS_STATUS_ALLOC_FAILED|CUDNN_STATUS_ALLOC_FAILED"
+      r"|Memory Object Allocation Failure|CL_MEM_OBJECT_ALLOCATION_FAILURE")  # OpenCL (LightGBM's GPU trainer, ...)
 _rule("oom-recovered", "oom", 70, ("attempting to recover", "skipping batch"),
       r"(?:ran out of memory|OOM).{0,80}(?:attempting to recover|skipping batch)", soft=True,
       confidence=0.7)
@@ -316,7 +317,7 @@ _rule("loss-is-nan", "diverged", 95, ("nan", "non-finite", "not finite", "infini
       r"loss (?:is|became|has become|returned[^.\n]{0,40}is) (?:nan|inf|non-finite|infinite)"
       r"|non-finite (?:loss|gradient|grad norm|values?)|is not finite|returned nan values"
       r"|found NaN in local grad norm|NaN or Inf found in input tensor|detected (?:inf|nan)"
-      r"|(?:nan|inf) (?:loss|gradients?) detected|\b(?:nan|inf) loss with\b|loss contains nan|Encountered nan"
+      r"|(?:nan|inf) (?:loss|gradients?) detected|\b(?:nan|inf) loss with\b|\bgave (?:a )?NaN loss\b|loss contains nan|Encountered nan"
       r"|grad(?:ient)?[ _]norm (?:is|was|became) (?:nan|inf)"
       # TensorFlow's CheckNumerics (clip_by_global_norm's, or tf.debugging.check_numerics on a loss)
       r"|Found Inf or NaN global norm|Tensor had (?:NaN|Inf) values")
@@ -422,6 +423,7 @@ _rule("nccl-watchdog", "stalled", 92, ("before timing out", "watchdog", "timed o
       r"Watchdog caught collective operation timeout|ran for \d+ milliseconds before timing out"
       r"|watchdog got stuck|Heartbeat monitor timed out|Timeout at NCCL work"
       r"|collective operation timeout"
+      r"|dump signal due to a collective timeout"  # ProcessGroupNCCL's flight recorder, when a peer timed out
       r"|NCCL (?:watchdog )?timeout|Timed out waiting \d+ ?ms for send operation")
 # Huawei Ascend's HCCL: a collective waited past HCCL_EXEC_TIMEOUT for a peer's notify.
 _rule("hccl-timeout", "stalled", 91, ("notify record", "hccl_exec_timeout"),
@@ -466,9 +468,10 @@ _rule("disk-full", "io_error", 96, ("disk is full", "no space left", "errno 28",
       r"|Not enough disk space\b")  # HF datasets, before it downloads or prepares a dataset
 _rule("permission", "io_error", 80, ("permission denied", "errno 13]"),
       r"PermissionError: \[Errno 13\]|\[Errno 13\] Permission denied", confidence=0.85)
-_rule("write-failed", "io_error", 95, ("write incomplete", "too many open files", "errno 24]", "pytorchstreamwriter", "errno 116]", "file write failed", "unexpected pos", "read-only file system", "input/output error", "stale file handle", "errno 5]", "errno 30]", "errno 122]", "winerror 32]", "error while serializing: ioerror"),
+_rule("write-failed", "io_error", 95, ("write incomplete", "too many open files", "errno 24]", "pytorchstreamwriter", "errno 116]", "file write failed", "unexpected pos", "read-only file system", "input/output error", "stale file handle", "errno 5]", "errno 30]", "errno 122]", "winerror 32]", "error while serializing: ioerror", "errno 39]"),
       r"file write failed|PytorchStreamWriter failed|unexpected pos \d+ vs \d+|Read-only file system"
-      r"|Input/output error|\[Errno (?:5|30|122|116|24)\]|Stale file handle|Too many open files"
+      # Errno 39 (ENOTEMPTY): the Trainer's rename of tmp-checkpoint-* onto a checkpoint dir that exists
+      r"|Input/output error|\[Errno (?:5|30|122|116|24|39)\]|Stale file handle|Too many open files"
       r"|FileStream\.Write incomplete|\[WinError 32\]"
       r"|Error while serializing: IoError")  # safetensors' save_file, on the OS's write error  # WinError 32: the file is held by another process
 _rule("ckpt-save-failed", "io_error", 85, ("to save", "to write", "checkpoint save", "checkpoint write", "checkpoint upload", "error saving", "error writing"),
@@ -723,7 +726,7 @@ _semantic("sem-data", "data_error", 56,
 
 # --- completed ------------------------------------------------------------------------------------
 _rule("completed", "completed", 50,
-      ("training is", "run is", "run complete", "completed in", "optimizer stripped", "exits successfully", "early stop", "run done", "final adapter saved", "training completed", "train_runtime", "train metrics", "training complete", "stopped:", "after training is done", "finished training", "training finished", "training done", "run finished", "saving final", "final model saved", "status: completed", "done training", "finished step=", "steps reached", "epochs reached", "iterations reached", "finish train", "shrink model to", "bestiteration =",
+      ("training is", "run is", "run complete", "completed in", "optimizer stripped", "exits successfully", "early stop", "run done", "final adapter saved", "training completed", "train_runtime", "train metrics", "training complete", "stopped:", "after training is done", "finished training", "training finished", "training done", "run finished", "saving final", "final model saved", "status: completed", "done training", "finished step=", "steps reached", "epochs reached", "iterations reached", "finish train", "shrink model to", "bestiteration =", "best iteration",
        "average val", "average test", "final val", "final test", "end time of running main", "saved final",
        "training was", "run was", "saving the final", "max epochs num!", "max frames num!", "*** best metric:",
        "saved pipeline to output directory", "train completed, best_metric", "key: avg_", "optimization done",
@@ -734,7 +737,8 @@ _rule("completed", "completed", 50,
       # for epoch 3", "Training done for epoch 3", "One epoch training finished")
       r"|(?<!epoch )(?<!epochs )\b(?:training|run) (?:is |was )?(?:finished|complete(?:d)?|done)\b(?! *[:=] *(?:false|0))"
       r"(?! *,? *(?:for|of|in) (?:the )?(?:epoch|step|iteration|iter|batch|fold|round|episode)s?\b)"
-      r"|finished training|done training|saving (?:the )?final (?:model|adapter|checkpoint)"  # DeepSpeed-Chat: "the"
+      # (DLRM prints "Finished training it 1000/2000 of epoch 0" every interval: only the counter at its total ends)
+      r"|finished training(?! it (?P<fin_it>\d+)/(?!(?P=fin_it)\b)\d+)|done training|saving (?:the )?final (?:model|adapter|checkpoint)"  # DeepSpeed-Chat: "the"
       r"|final (?:model|adapter) saved|status: completed|z finished step=\d+"
       r"|^\d+ (?:epochs?|iterations|steps) completed in [\d.]+ ?(?:hours|minutes|seconds|[hms])\b"
       r"|^Optimizer stripped from \S+"  # ultralytics, once the last epoch is done
@@ -742,6 +746,9 @@ _rule("completed", "completed", 50,
       r"|\bEarly stop(?:ping)? at epoch \d+|\bEarly stopping triggered|^Epoch \d+: early stopping\b"
       r"|\bmax(?:imum)? (?:training )?(?:steps|epochs|iterations) reached\b|\bFinish train\b"  # llama-recipes, LightGBM
       r"|^Shrink model to first \d+ iterations|^bestIteration = \d+"  # CatBoost, at the end of fit
+      # XGBoost's early stop, LightGBM's end of fit ("Early stopping, best iteration is:", "Did not meet
+      # early stopping. Best iteration is:", and its R/CLI logger's "Best iteration: N")
+      r"|\bStopping\. Best iteration:|\bBest iteration is:|^(?:\[[\d:]+\] )?Best iteration: \d+[ \t]*$"
       r"|^(?:Average|Final) (?:val\w*|test)\b[^\n]{0,40}\u00b1"  # the mean +- spread over repeated runs (OGB, DGL)
       r"|End time of running main:"  # ms-swift, once main() returned
       r"|\bSaved final (?:weights|model|adapters?|checkpoint)s? to\b"  # mlx-lm and many scripts, after the loop
@@ -773,7 +780,9 @@ _rule("sem-completed", "completed", 50,
       ("done", "finish", "complete", "succeed", "success", "reached max", "exported", "stored", "written", "exit code 0"),
       r"(?:\b(?:training|fine-?tun(?:e|ing)|run|job|experiment|all (?:\d+ )?(?:steps|epochs|iterations))\b[^\n]{0,30}?"
       r"\b(?:done|finished|complete|completed|succeeded|successful(?:ly)?)\b"
+      # (not a step before or beside training: XLA's "successfully finished dry run", "... loading")
       r"|\bsuccess(?:fully)?\b[^\n]{0,30}?\b(?:finished|completed|trained|done)\b"
+      r"(?! (?:a |the )?(?:dry[ -]?run|warm-?up|compil|load|initiali[sz]|download|prepar|build|setup|tracing|profil))"
       r"|reached max_?(?:steps|epochs|iters?)\b[^\n]{0,60}?\b(?:final|saving|writing|saved|ok|done)"
       r"|\b(?:final|best) (?:model|weights|adapter|checkpoint)s?\b[^\n]{0,30}?\b(?:saved|written|stored|exported)"
       r"|(?:adapter|weights|model) (?:written|exported|stored|saved) to\b[^\n]{0,80}?\b(?:final|done)"
