@@ -14,7 +14,7 @@ Two predictors per split:
   `needs_operator`; that best guess is scored, and the needs_operator count is reported.
 
 Printed: accuracy overall, per state, per framework, and every miss with its evidence lines.
-Thirty-one batches, each split into dev and test before any classifier ran on it: `dev`/`test` (the
+Thirty-five batches, each split into dev and test before any classifier ran on it: `dev`/`test` (the
 first, 87 rows), `dev2`/`test2` and `dev3`/`test3` and `dev4`/`test4` (74, 66 and 74 rows, collected blind
 in session 3; the third from frameworks the first two barely had: JAX, TF, Paddle, MindSpore,
 ESPnet, ...; the fourth from LLM fine-tuning as run in 2024-25 and from vision, speech, RL, GNN), and
@@ -37,7 +37,8 @@ of the common stacks and of others; nothing was tuned on them), and `dev23`-`dev
 (17, 6, 22, 26 and 16 rows, session 7: ordinary samples of non-HF stacks, 2025-26 threads, model-release
 repos, research code and the HF stack), and `dev28`-`dev31`/`test28`-`test31` (18, 17, 23 and 18 rows,
 session 8: ordinary samples of Chinese model families' fine-tuning, vision, speech and classic NLP,
-image generation and RL). The test splits must never be used to tune rules: look at their misses only as id/label/predicted.
+image generation and RL), and `dev32`-`dev35`/`test32`-`test35` (11, 12, 22 and 24 rows, session 8:
+2025-26 threads, JAX/TPU and TF/Keras, vision-language fine-tuning, tabular/graph/science ML). The test splits must never be used to tune rules: look at their misses only as id/label/predicted.
 """
 
 from __future__ import annotations
