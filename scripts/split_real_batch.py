@@ -125,8 +125,8 @@ def split(batch: int, paths: list[Path], *, dry_run: bool, out_dir: Path = REAL_
         tmp = path.with_suffix(".jsonl.tmp")
         tmp.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
         tmp.replace(path)
-    print(f"wrote {dev_path} and {test_path}; add ('dev{batch}', 'test{batch}') "
-          "to REAL_BATCHES in app/triage/corpus.py and a row to _BATCH_AIMS in app/triage/report.py")
+    print(f"wrote {dev_path} and {test_path}; set REAL_BATCH_COUNT in app/triage/corpus.py to {batch} "
+          "and add a row to _BATCH_AIMS in app/triage/report.py")
     return 0
 
 

@@ -891,7 +891,9 @@ def write_corpus(out_dir: Path, *, seed: int = 8, writer: Callable[[Path, list[d
 
 
 # The real excerpts come in batches, each split into (dev, test) before any classifier ran on it.
-REAL_BATCHES: tuple[tuple[str, str], ...] = (("dev", "test"), ("dev2", "test2"), ("dev3", "test3"), ("dev4", "test4"), ("dev5", "test5"), ("dev6", "test6"), ("dev7", "test7"), ("dev8", "test8"), ("dev9", "test9"), ("dev10", "test10"), ("dev11", "test11"), ("dev12", "test12"), ("dev13", "test13"), ("dev14", "test14"), ("dev15", "test15"), ("dev16", "test16"), ("dev17", "test17"), ("dev18", "test18"), ("dev19", "test19"), ("dev20", "test20"), ("dev21", "test21"), ("dev22", "test22"), ("dev23", "test23"), ("dev24", "test24"), ("dev25", "test25"), ("dev26", "test26"), ("dev27", "test27"), ("dev28", "test28"), ("dev29", "test29"), ("dev30", "test30"), ("dev31", "test31"), ("dev32", "test32"), ("dev33", "test33"), ("dev34", "test34"), ("dev35", "test35"))
+REAL_BATCH_COUNT = 35  # data/real/dev{N}.jsonl and test{N}.jsonl for N = 1..35 (the first has no number)
+REAL_BATCHES: tuple[tuple[str, str], ...] = tuple(
+    (f"dev{n}", f"test{n}") if n > 1 else ("dev", "test") for n in range(1, REAL_BATCH_COUNT + 1))
 REAL_SPLITS: tuple[str, ...] = tuple(split for batch in REAL_BATCHES for split in batch)
 
 

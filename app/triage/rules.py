@@ -472,8 +472,8 @@ _rule("write-failed", "io_error", 95, ("write incomplete", "too many open files"
       r"file write failed|PytorchStreamWriter failed|unexpected pos \d+ vs \d+|Read-only file system"
       # Errno 39 (ENOTEMPTY): the Trainer's rename of tmp-checkpoint-* onto a checkpoint dir that exists
       r"|Input/output error|\[Errno (?:5|30|122|116|24|39)\]|Stale file handle|Too many open files"
-      r"|FileStream\.Write incomplete|\[WinError 32\]"
-      r"|Error while serializing: IoError")  # safetensors' save_file, on the OS's write error  # WinError 32: the file is held by another process
+      r"|FileStream\.Write incomplete|\[WinError 32\]"  # WinError 32: the file is held by another process
+      r"|Error while serializing: IoError")  # safetensors' save_file, on the OS's write error
 _rule("ckpt-save-failed", "io_error", 85, ("to save", "to write", "checkpoint save", "checkpoint write", "checkpoint upload", "error saving", "error writing"),
       r"(?:failed|unable|could not) to (?:save|write) (?:the )?(?:checkpoint|model|state|adapter)"
       r"|Error writing (?:\(tmp\) )?checkpoint"

@@ -196,3 +196,9 @@ def test_the_split_script_sets_doubt_aside_drops_reuse_and_splits_each_state_by_
     src.write_text('["not", "a", "row"]\n', encoding="utf-8")
     with pytest.raises(SystemExit, match="not a JSON object"):
         script.main(["78", str(src), "--out-dir", str(tmp_path)])
+
+
+def test_every_split_on_disk_is_a_real_batch() -> None:
+    """A batch written by the split script counts only once REAL_BATCH_COUNT is raised to it."""
+    on_disk = sorted(p.stem for p in REAL_DIR.glob("*.jsonl"))
+    assert on_disk == sorted(SPLITS)
