@@ -37,8 +37,13 @@ imports: $(STAMP)
 
 check: lint typecheck imports
 
+# Two pytest workers, one per core: most slow tests wait on real workers, trainers and
+# sshd rather than compute, so two at once halve the wall time. Each worker starts its own
+# redis-server, databases and sshd (free ports, temp dirs); a test file stays on one worker.
+TEST_WORKERS ?= 2
+
 test: $(STAMP) system-deps check
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile
 
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -q tests/unit
