@@ -272,8 +272,9 @@ _rule("tried-to-allocate", "oom", 98, "tried to allocate",
 _rule("oom-killer", "oom", 98, ("oom-kill", "out of memory: kill", "oom_reaper", "memory cgroup out of memory", "invoked oom-killer"),
       r"Out of memory: Kill(?:ed)? process|invoked oom-killer|oom-kill:|oom_reaper: reaped"
       r"|Memory cgroup out of memory")
-_rule("cpu-alloc", "oom", 97, ("resource_exhausted", "that was not possible", "defaultcpuallocator", "cannot allocate memory", "can't allocate memory", "std::bad_alloc", "memoryerror", "not enough memory"),
+_rule("cpu-alloc", "oom", 97, ("resource_exhausted", "that was not possible", "defaultcpuallocator", "cannot allocate memory", "can't allocate memory", "std::bad_alloc", "memoryerror", "not enough memory", "memory allocation error on worker"),
       r"DefaultCPUAllocator: (?:not enough memory|can't allocate memory)|\bMemoryError\b"
+      r"|\bMemory allocation error on worker \d+"  # XGBoost's device allocator (dh::ThrowOOMError)
       r"|Cannot allocate memory|std::bad_alloc|RESOURCE_EXHAUSTED.{0,40}memory"
       # XLA (TPU/GPU): "RESOURCE_EXHAUSTED: Attempting to reserve 11.35G at the bottom of memory.
       # That was not possible. There are 12.18G free, ..." (also "Attempting to allocate 50.00M.")
@@ -365,13 +366,14 @@ _rule("driver-mismatch", "cuda_fault", 96, ("not compatible with the current pyt
       r"|RmInitAdapter failed|Unable to determine the device handle|compute capability of at least")
 _rule("no-device", "cuda_fault", 96, ("no cuda gpus", "cuda-capable", "no_device", "nodevice", "not compiled with cuda",
                                       "cudagetdevicecount", "cuda unknown error", "invalid device ordinal",
-                                      "gpu is lost", "unavailable", "cuinit", "cuda initialization"),
+                                      "gpu is lost", "unavailable", "cuinit", "cuda initialization", "no visible gpu"),
       r"No CUDA GPUs are available|no CUDA-capable device is detected|CUDA_ERROR_NO_DEVICE"
       r"|cudaErrorNoDevice|CUDA-capable device\(s\) is/are busy or unavailable"
       r"|Torch not compiled with CUDA enabled|Unexpected error from cudaGetDeviceCount"
       r"|CUDA unknown error - this may be due to an incorrectly set up environment"
       r"|invalid device ordinal|GPU is lost|GPU (?:\d+ )?(?:is )?unavailable|cuInit\(\) failed"
-      r"|CUDA initialization: .{0,80}(?:error|failed)|cudaErrorDevicesUnavailable")
+      r"|CUDA initialization: .{0,80}(?:error|failed)|cudaErrorDevicesUnavailable"
+      r"|No visible GPU is found")  # XGBoost asked for a GPU that the process cannot see
 _rule("hw-unsupported", "cuda_fault", 93, ("ampere", "bf16", "bfloat16", "flashattention", "flash attention"),
       r"FlashAttention only supports Ampere GPUs or newer|Your setup doesn't support bf16"
       r"|bf16 \(?bfloat16\)? (?:is )?not supported|does not support bfloat16|requires (?:an )?Ampere")
@@ -497,11 +499,12 @@ _rule("http-error", "io_error", 88, ("gated repo", "is restricted", "server erro
       r"|Bad Gateway|Gateway Time-?out|Service Unavailable|GatedRepoError|Cannot access gated repo"
       r"|40[13] Client Error|Unauthorized for url|Access to model .{0,60} is restricted",
       soft=True, confidence=0.92)
-_rule("offline-cache", "io_error", 87, ("localentrynotfounderror", "outgoing traffic has been disabled", "consistency check failed", "download", "headertoolarge", "metadataincompletebuffer", "incomplete", "pytorchstreamreader", "invalid load key"),
+_rule("offline-cache", "io_error", 87, ("localentrynotfounderror", "outgoing traffic has been disabled", "consistency check failed", "download", "headertoolarge", "metadataincompletebuffer", "incomplete", "pytorchstreamreader", "invalid load key", "unexpected eof"),
       r"LocalEntryNotFoundError|outgoing traffic has been disabled|Consistency check failed"
       r"|download(?:ing)? (?:failed|error|interrupted|incomplete)|failed (?:to download|downloading)"
       r"|HeaderTooLarge|MetadataIncompleteBuffer|incomplete (?:download|file)"
-      r"|PytorchStreamReader failed reading zip archive|invalid load key", confidence=0.9)
+      r"|PytorchStreamReader failed reading zip archive|invalid load key"
+      r"|unexpected EOF, expected \d+ more bytes\. The file might be corrupted", confidence=0.9)  # torch.load, a cut file
 # transformers' "Can't load tokenizer for 'openai/clip-vit-large-patch14'" (and the same for the
 # configuration, image processor, feature extractor, processor) is raised when none of the files
 # could be fetched: connection errors are swallowed first. For a Hub id (org/name) it is the network
@@ -564,6 +567,12 @@ _rule("batch-shape", "data_error", 90, ("batch_size", "did not return a loss", "
       r"|logits and labels must be broadcastable|Incompatible shapes: \["
       r"|\blabels? must be (?:in \[|between|less than|non-?negative)"
       r"|_obj\.(?:cc|cu):\d+: Check failed:", confidence=0.92)  # XGBoost's objectives check labels against predictions
+# XGBoost's and CatBoost's own checks on what they were given ("XGBoostError: ... src/data/data.cc:
+# Check failed: labels.Size() == num_row", "CatBoostError: .../target/data_providers.cpp: Target
+# contains only one unique value"); their memory and device errors match the heavier rules first.
+_rule("gbdt-data", "data_error", 75, ("xgboosterror", "catboosterror"),
+      r"(?:XGBoostError|CatBoostError):[^\n]{0,200}?(?:\blabels?\b|\btarget\b|\bfeatures?\b|\bcolumns?\b|categor"
+      r"|/data/|\bnum_row|\bshape\b|\bdtype\b)", confidence=0.85)
 # ultralytics drops each image whose label names a class beyond the dataset's (soft: the rest may train)
 _rule("label-class", "data_error", 85, ("exceeds dataset class count",),
       r"Label class \d+ exceeds dataset class count \d+", soft=True, confidence=0.9)
@@ -573,7 +582,8 @@ _rule("config", "data_error", 90, ("unknown ", "validationerror", "yaml.", "scan
                                    "configerror", "invalidconfig", "invalid config", "error: argument",
                                    "hfargumentparser", "invalid choice", "unknown optimizer", "unknown scheduler",
                                    "unknown model type", "unknown quantization", "does not appear to have a file named",
-                                   "configuration file", "cannot find config", "config.json", "invalid arguments!"),
+                                   "configuration file", "cannot find config", "config.json", "invalid arguments!",
+                                   "missingconfigexception", "configcompositionexception"),
       r"ValidationError|yaml\.(?:scanner|parser|constructor)\.\w+Error|ScannerError|ParserError"
       r"|got an unexpected keyword argument|Target modules .{0,80}not found in the base model"
       r"|Please specify `?\w+`? in|is not a valid model identifier|Unrecognized configuration class"
@@ -582,7 +592,8 @@ _rule("config", "data_error", 90, ("unknown ", "validationerror", "yaml.", "scan
       r"|Some specified arguments are not used by the HfArgumentParser|invalid choice:"
       r"|Unknown (?:optimizer|scheduler|model type|quantization)|does not appear to have a file named"
       r"|configuration file .{0,40}not found|Cannot find config|config\.json.{0,20}not found"
-      r"|^invalid arguments!",  # Lua Torch's argcheck, before the usage it prints
+      r"|^invalid arguments!"  # Lua Torch's argcheck, before the usage it prints
+      r"|\bMissingConfigException\b|\bConfigCompositionException\b",  # Hydra: the run's config does not compose
       confidence=0.92)
 _rule("config-hint", "data_error", 45, ("error: ",),
       r"^\S*Error: .{0,120}(?:should be (?:a|an|one of)|must be (?:a multiple|divisible|one of|greater|less|positive|set)|is not supported for)",
@@ -730,7 +741,8 @@ _rule("completed", "completed", 50,
        "average val", "average test", "final val", "final test", "end time of running main", "saved final",
        "training was", "run was", "saving the final", "max epochs num!", "max frames num!", "*** best metric:",
        "saved pipeline to output directory", "train completed, best_metric", "key: avg_", "optimization done",
-       "testing using ", "- f1-score (micro)"),
+       "testing using ", "- f1-score (micro)", "optimization finished!", "loss for final step:", "eval metrics",
+       "test metrics", "predict metrics"),
       r"Training completed\. Do not forget|Training Completed!|\btrain_runtime\b|\*{3,} train metrics \*{3,}"
       r"|`Trainer\.fit` stopped: `max_(?:epochs|steps)=\d+` reached|\[after training is done\]"
       # (ESPnet: "was"; not one epoch's or step's end, as hand-written loops print it: "Training completed
@@ -758,6 +770,11 @@ _rule("completed", "completed", 50,
       r"|Saved pipeline to output directory"  # spaCy's `train`, only when the loop ended without an error
       r"|\bTesting using (?:best|final|last state of(?: the)?) model\b"  # flair's ModelTrainer, after the last epoch
       r"|^- F1-score \(micro\) [\d.]+[ \t]*$"  # flair's final test report
+      r"|^Optimization Finished!"  # pygcn, GAT and the graph repos built on them, after the epoch loop
+      r"|\bLoss for final step: "  # TF Estimator's train(), as it returns
+      # HF example scripts' `trainer.log_metrics(...)` banner for evaluate()/predict() after train()
+      # (the Trainer's own evaluations during training log a dict, never this banner)
+      r"|\*{3,} (?:eval|test|predict) metrics \*{3,}"
       r"|\btrain completed, best_metric:"  # MONAI's training loops, after the last epoch
       r"|(?:^|\] )Optimization Done\.?[ \t]*$"  # Caffe's solver (glog line, or bare under DIGITS), after max_iter
       r"|^Key: avg_(?:train_prep|train_loss|eval_prep|eval_loss|epoch_time|checkpoint_time), Value: ",  # llama-recipes,

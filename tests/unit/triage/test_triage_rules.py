@@ -403,6 +403,13 @@ def test_the_last_epoch_run_to_its_end_is_a_finished_run() -> None:
     "I0728 00:22:59.593730 24418 solver.cpp:411] Optimization Done.\n"
     "I0728 00:22:59.593740 24418 caffe.cpp:187] Optimization Done.\n",  # Caffe
     "Iteration 2000, loss = 0.0421\nOptimization Done.\n",  # Caffe's solver under DIGITS (no glog prefix)
+    "Epoch: 0200 loss_train: 0.4012 acc_train: 0.9357 loss_val: 0.6877 acc_val: 0.8067 time: 0.0045s\n"
+    "Optimization Finished!\nTotal time elapsed: 2.3010s\n",  # pygcn / pyGAT
+    "INFO:tensorflow:Saving checkpoints for 1000 into /tmp/model/model.ckpt.\n"
+    "INFO:tensorflow:Loss for final step: 0.1834.\n",  # TF Estimator
+    "{'train_runtime': 812.3, 'train_loss': 0.913, 'epoch': 3.0}\n100%|\u2588\u2588\u2588\u2588| 948/948 [13:32<00:00]\n"
+    "***** Running Evaluation *****\n  Num examples = 500\n100%|\u2588\u2588\u2588\u2588| 63/63 [00:10<00:00,  6.00it/s]\n"
+    "***** eval metrics *****\n  epoch                   =        3.0\n  eval_loss               =     0.4561\n",  # HF scripts
 ])
 def test_more_ends_of_runs_as_their_sources_print_them(text: str) -> None:
     assert classify(text).state == "completed"
@@ -480,6 +487,18 @@ def test_the_shells_time_report_is_completion_only_with_no_failure_before_it() -
      "data_error"),
     ("ERROR: error code -9\n\nStarting Optimization\nIteration 0, Testing net (#0)\n"
      "Test net output #0: loss_bbox = 18.4677 (* 2 = 36.9353 loss)\n", "oom"),  # DIGITS: SIGKILL, posted first
+    # gradient boosting's own errors: device memory, no device, and checks on the data it was given
+    ("xgboost.core.XGBoostError: [10:31:12] ../src/common/device_helpers.cuh:431: Memory allocation error on "
+     "worker 0: std::bad_alloc: cudaErrorMemoryAllocation: out of memory\n", "oom"),
+    ("xgboost.core.XGBoostError: [10:31:12] ../src/gbm/gbtree.cc:534: Check failed: common::AllVisibleGPUs() >= 1 "
+     "(0 vs. 1) : No visible GPU is found for XGBoost.\n", "cuda_fault"),
+    ("xgboost.core.XGBoostError: [10:31:12] ../src/data/data.cc:492: Check failed: labels_.Size() == num_row_ "
+     "(1000 vs. 999) : Size of labels must equal to number of rows.\n", "data_error"),
+    ("_catboost.CatBoostError: catboost/private/libs/target/data_providers.cpp:639: Target contains only one "
+     "unique value\n", "data_error"),
+    # Hydra could not compose the run's config; torch.load read a file cut short
+    ("hydra.errors.MissingConfigException: In 'train': Could not find 'model/resnet99'\n", "data_error"),
+    ("RuntimeError: unexpected EOF, expected 3718471 more bytes. The file might be corrupted.\n", "io_error"),
 ])
 def test_failures_as_these_stacks_print_them(text: str, state: str) -> None:
     assert classify(text).state == state
