@@ -319,6 +319,8 @@ _rule("loss-is-nan", "diverged", 95, ("nan", "non-finite", "not finite", "infini
       r"|non-finite (?:loss|gradient|grad norm|values?)|is not finite|returned nan values"
       r"|found NaN in local grad norm|NaN or Inf found in input tensor|detected (?:inf|nan)"
       r"|(?:nan|inf) (?:loss|gradients?) detected|\b(?:nan|inf) loss with\b|\bgave (?:a )?NaN loss\b|loss contains nan|Encountered nan"
+      # a script's own check raising on the loss: DDSP-SVC's `raise ValueError(' [x] nan loss ')`
+      r"|(?:Error|Exception):[^\n]{0,30}?\b(?:nan|inf) loss\b"
       r"|grad(?:ient)?[ _]norm (?:is|was|became) (?:nan|inf)"
       # TensorFlow's CheckNumerics (clip_by_global_norm's, or tf.debugging.check_numerics on a loss)
       r"|Found Inf or NaN global norm|Tensor had (?:NaN|Inf) values")
@@ -335,8 +337,10 @@ _rule("scale-underflow", "diverged", 90, ("reducing loss scale to", "reducing to
 _rule("grad-scale-small", "diverged", 85, "grad scale is small", r"Grad scale is small: (?P<scale>[0-9.eE+-]+)",
       check=_scale_tiny, confidence=0.9)
 # torch.distributions refuses a parameter that went NaN (an RL policy's mean, a VAE's scale).
-_rule("distribution-nan", "diverged", 92, ("found invalid values",),
-      r"to satisfy the constraint \w+\(\), but found invalid values", confidence=0.85)
+_rule("distribution-nan", "diverged", 92, ("found invalid values", "normal expects all elements of std"),
+      r"to satisfy the constraint \w+\(\), but found invalid values"
+      r"|normal expects all elements of std >= 0",  # torch.normal on a NaN std: an RL policy's std blew up
+      confidence=0.85)
 _rule("megatron-nan-iters", "diverged", 85, "number of nan iterations",
       r"number of nan iterations:\s*(?P<n>\d+)", check=_nonzero, confidence=0.9)
 _rule("loss-exploded", "diverged", 90, ("explosion", "explod", "diverg"),
@@ -1121,6 +1125,26 @@ def _final_steps_done(line: str) -> tuple[str, ...] | None:
     return (line.strip()[:_EVIDENCE_CHARS],) if total >= 1 and done == total else None
 
 
+# A tqdm bar over the run's steps, at its total: diffusers' and kohya's training scripts name it
+# "Steps"/"steps" (their other bars count one epoch's batches); a bar whose own line logs "Step N" at
+# the bar's N counts steps too (starVLA's accelerate loop).
+_FULL_BAR = re.compile(r"(?:(?<![\w-])(steps?) *: *)?100%\|[^|\n]*\| *(\d+)/(\d+) \[", re.IGNORECASE)
+_STEP_N = re.compile(r"\bstep[ :=]+(\d+)\b", re.IGNORECASE)
+
+
+def _final_step_bar(line: str) -> tuple[str, ...] | None:
+    """(line,) when it holds a full bar over the run's steps (`_FULL_BAR`), else None."""
+    if "100%|" not in line:
+        return None
+    m = _FULL_BAR.search(line)
+    if m is None or m.group(2) != m.group(3) or int(m.group(2)) < 1:
+        return None
+    if (m.group(1) or "").lower() == "steps":
+        return (line,)
+    step = _STEP_N.search(line, m.end())
+    return (line,) if step is not None and step.group(1) == m.group(2) else None
+
+
 def _final_batch_done(line: str) -> tuple[str, ...] | None:
     """Evidence that the last progress line is the last batch of the last epoch, or None: the epoch
     counter at its total (counted from 1) and the batch counter at its total or one short (counted
@@ -1233,7 +1257,7 @@ def _decide(
         # The step counter is read on the last progress line and on the last line: LLaMA-Factory's
         # last trainer_log entry has "loss": null, so it is no progress line, but it holds the count.
         final = (_final_epoch_done(*end) or _final_batch_done(progress_line) or _final_steps_done(progress_line)
-                 or _final_steps_done(end[0][end[0].rstrip().rfind("\n") + 1 :]))
+                 or _final_steps_done(end[0][end[0].rstrip().rfind("\n") + 1 :]) or _final_step_bar(progress_line))
         if final is not None:
             return Verdict("completed", 0.8, final, "final-epoch-done", "completed")
         return Verdict("progressing", 0.9 if idle is not None else 0.85, (progress_line,), "progress", "progressing")

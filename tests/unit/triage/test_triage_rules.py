@@ -439,6 +439,20 @@ def test_what_only_looks_like_the_end_of_a_run_or_an_error(text: str, state: str
     assert (v.guess if v.state == UNSURE else v.state) == state
 
 
+def test_a_full_bar_over_the_runs_steps_is_a_finished_run() -> None:
+    """diffusers' and kohya's scripts name their whole-run bar "Steps"; a bar that logs "Step N" at its
+    own N counts steps too. A full bar of anything else is one epoch's end, and a part-full one runs."""
+    kohya = "steps: 100%|\u2588\u2588\u2588\u2588\u2588\u2588| 1600/1600 [1:02:03<00:00,  2.33s/it, avr_loss=0.0812]\n"
+    assert (v := classify(kohya)).state == "completed" and v.rule == "final-epoch-done"
+    assert classify(kohya.replace("100%", " 45%").replace("1600/1600", "720/1600")).state == "progressing"
+    assert classify(kohya.replace("steps:", "epoch 1:")).state == "progressing"
+    assert classify(kohya.replace("steps:", "max_steps:")).state == "progressing"
+    logged = ("100%|\u2588\u2588\u2588\u2588| 55000/55000 [37:14:35<00:00,  2.44s/it] INFO | >> Step 55000, "
+              "Loss: {'action_loss': 0.0082}\n")
+    assert classify(logged).state == "completed"
+    assert classify(logged.replace("Step 55000", "Step 54000")).state == "progressing"
+
+
 def test_the_shells_time_report_is_completion_only_with_no_failure_before_it() -> None:
     """`time python train.py` ends every run with real/user/sys, a crashed one too."""
     report = "real\t0m46.551s\nuser\t0m40.530s\nsys\t0m6.819s\n"
@@ -499,6 +513,11 @@ def test_the_shells_time_report_is_completion_only_with_no_failure_before_it() -
     # Hydra could not compose the run's config; torch.load read a file cut short
     ("hydra.errors.MissingConfigException: In 'train': Could not find 'model/resnet99'\n", "data_error"),
     ("RuntimeError: unexpected EOF, expected 3718471 more bytes. The file might be corrupted.\n", "io_error"),
+    # a script's own check on the loss, and an RL policy's std gone NaN
+    ("  File \"solver.py\", line 100, in train\n    raise ValueError(' [x] nan loss ')\nValueError:  [x] nan loss\n",
+     "diverged"),
+    ("    return torch.normal(self.loc.expand(shape), self.scale.expand(shape))\n"
+     "RuntimeError: normal expects all elements of std >= 0.0\n", "diverged"),
 ])
 def test_failures_as_these_stacks_print_them(text: str, state: str) -> None:
     assert classify(text).state == state
