@@ -310,6 +310,10 @@ _rule("nan-loss", "diverged", 94, _INF_NEEDLES,
 # A printed tensor of NaNs (the model's outputs or loss, printed by the script): torch or TensorFlow
 _rule("nan-tensor", "diverged", 85, ("nan, nan", "nan nan"),
       r"\btensor\(\[+(?:[-+]?nan(?:, *| +)){2,}[-+]?nan\b", confidence=0.85)
+# DeepXDE's step table once the losses are NaN: "2000      [nan]         [nan]         [nan]" (each
+# column a list of loss terms; a row whose train and test columns are both all NaN)
+_rule("nan-table-row", "diverged", 88, ("[nan",),
+      r"^\d+[ \t]+\[nan(?:, *nan)*\][ \t]+\[nan(?:, *nan)*\]", confidence=0.9)
 # darknet's region layers: a NaN IOU where the layer had objects (with `count: 0` it is 0/0, and normal)
 _rule("darknet-nan", "diverged", 90, ("avg iou",), r"\bAvg IOU: -?nan\b[^\n]*\bcount: [1-9]", confidence=0.9)
 _rule("nan-grad-norm", "diverged", 60, _INF_NEEDLES,
@@ -793,9 +797,13 @@ _rule("run-bar-full", "completed", 50, ("training progress:", "training:"),
 # no failure at all before it (`_decide`), since a crash gets the same report.
 _rule(_EXIT_SUMMARY_RULE, "completed", 50, ("real ", "real\t"), r"^real[ \t]+\d+m\d+(?:[.,]\d+)?s[ \t]*$",
       confidence=0.75)
-_rule(_SUMMARY_RULE, "completed", 50, ("total training time", "training time "),
+_rule(_SUMMARY_RULE, "completed", 50, ("total training time", "training time ", "best validation loss",
+                                       "best model at step"),
       r"(?<!estimated )(?<!remaining )\bTotal training time\b"
-      r"|^Training time \d+:\d\d:\d\d\b",  # DETR's main() and the repos built on it (DeiT, MAE, ...), after the loop
+      r"|^Training time \d+:\d\d:\d\d\b"  # DETR's main() and the repos built on it (DeiT, MAE, ...), after the loop
+      r"|^Best Validation Loss \S+ on Epoch \d+"  # DiffDock's train.py (and its forks), after the epoch loop
+      # DeepXDE's Model.train() as it returns, also after a run whose losses went NaN
+      r"|^Best model at step \d+:",
       confidence=0.85)
 _rule("sem-completed", "completed", 50,
       ("done", "finish", "complete", "succeed", "success", "reached max", "exported", "stored", "written", "exit code 0"),

@@ -453,6 +453,20 @@ def test_a_full_bar_over_the_runs_steps_is_a_finished_run() -> None:
     assert classify(logged.replace("Step 55000", "Step 54000")).state == "progressing"
 
 
+def test_deepxdes_step_table_is_diverged_once_its_losses_are_nan_and_its_summary_ends_a_run() -> None:
+    """DeepXDE prints its best model when train() returns, also after the losses went NaN."""
+    table = ("Step      Train loss    Test loss     Test metric\n"
+             "0         [5.47e+03]    [6.44e+03]    [1.00e+00]\n1000      [2.11e+01]    [2.52e+01]    [3.10e-01]\n")
+    summary = "\nBest model at step 1000:\n  train loss: 2.11e+01\n  test loss: 2.52e+01\n"
+    assert classify(table + summary).state == "completed"
+    nan = table + "2000      [nan]         [nan]         [nan]\n3000      [nan]         [nan]         [nan]\n"
+    assert (v := classify(nan + summary)).state == "diverged" and v.rule == "nan-table-row"
+    partly = classify(table + "2000      [1.2e+01, nan]    [1.3e+01, 2.0e+00]    [nan]\n")  # one NaN term, not the run
+    assert partly.state != "diverged" and partly.guess == "progressing"
+    diffdock = "Epoch 399: Val inference rmsds_lt2 0.000\nBest Validation Loss 0.578 on Epoch 387\n"
+    assert classify(diffdock).state == "completed"
+
+
 def test_the_shells_time_report_is_completion_only_with_no_failure_before_it() -> None:
     """`time python train.py` ends every run with real/user/sys, a crashed one too."""
     report = "real\t0m46.551s\nuser\t0m40.530s\nsys\t0m6.819s\n"
