@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from app.triage import training
+from app.triage.specialist import DEFAULT_ADAPTER_DIR, minilm_base_dir, promoted
 
 _ALL_EVAL_ROWS = training.eval_rows
 
@@ -25,7 +26,6 @@ def _every_fifth_of_each_slice(corpus: dict[str, list[dict[str, Any]]]) -> list[
     for row in _ALL_EVAL_ROWS(corpus):
         by_slice.setdefault(training.slice_of(row), []).append(row)
     return [row for rows in by_slice.values() for row in rows[::5]]
-from app.triage.specialist import DEFAULT_ADAPTER_DIR, minilm_base_dir, promoted
 
 
 @pytest.mark.slow

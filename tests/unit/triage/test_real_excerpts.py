@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -30,7 +31,11 @@ def _rows(split: str) -> list[dict]:
 @pytest.mark.parametrize("split", SPLITS)
 def test_rows_have_the_documented_fields(split: str) -> None:
     rows = _rows(split)
-    assert rows
+    if not rows:
+        # Only a test half may be empty: the split alternates within each state, so a batch with at
+        # most one row per state puts them all in dev (batch 40).
+        dev = _rows(split.replace("test", "dev", 1)) if split.startswith("test") else []
+        assert dev and max(Counter(r["label"] for r in dev).values()) == 1, split
     for r in rows:
         assert set(REQUIRED) <= set(r), r.get("id")
         assert set(r) <= ALLOWED, (r.get("id"), set(r) - ALLOWED)
@@ -63,8 +68,6 @@ def test_every_state_is_in_both_halves_and_each_batch_split_them_alike() -> None
     """Pooled, the dev and the test halves each hold every state; within a batch (some aim at a
     few states: the eighth only at finished and running logs) the split alternates each state's rows
     by sha256(id), the first to dev: a state with two or more rows is in both halves, a lone row in dev."""
-    from collections import Counter
-
     for dev, test in REAL_BATCHES:
         counts = Counter(r["label"] for split in (dev, test) for r in _rows(split))
         assert {r["label"] for r in _rows(test)} == {s for s, n in counts.items() if n >= 2}, (dev, test)
@@ -111,6 +114,9 @@ KNOWN_MISSES = {
                                     "(-9, the OOM killer) is on the next line, cut from the excerpt",
     "real-ai-ds-zero-offload-sigkill-4571": "the same launcher line, cut before its return code; host memory at 85% "
                                             "just before it is a hint, not a failure",
+    "real-aw-openrlhf-ppo-final-save-454": "DeepSpeed's 'Saved .../last/...optim_states.pt' reads like every periodic "
+                                           "save; only the poster says it was the end (Lightning's last.ckpt, too, is "
+                                           "saved every epoch)",
     "real-bc-deepmd-lcurve-final-5159": "DeePMD's lcurve.out alone: its last row is the last step only because the "
                                         "config's numb_steps says so (the learning rate decayed to 1e-8 is a hint)",
 }
