@@ -478,12 +478,14 @@ _rule("disk-full", "io_error", 96, ("disk is full", "no space left", "errno 28",
       r"|Not enough disk space\b")  # HF datasets, before it downloads or prepares a dataset
 _rule("permission", "io_error", 80, ("permission denied", "errno 13]"),
       r"PermissionError: \[Errno 13\]|\[Errno 13\] Permission denied", confidence=0.85)
-_rule("write-failed", "io_error", 95, ("write incomplete", "too many open files", "errno 24]", "pytorchstreamwriter", "errno 116]", "file write failed", "unexpected pos", "read-only file system", "input/output error", "stale file handle", "errno 5]", "errno 30]", "errno 122]", "winerror 32]", "error while serializing: ioerror", "errno 39]"),
+_rule("write-failed", "io_error", 95, ("write incomplete", "too many open files", "errno 24]", "pytorchstreamwriter", "errno 116]", "file write failed", "unexpected pos", "read-only file system", "input/output error", "stale file handle", "errno 5]", "errno 30]", "errno 122]", "winerror 32]", "error while serializing: ioerror", "errno 39]", "tmp-checkpoint-"),
       r"file write failed|PytorchStreamWriter failed|unexpected pos \d+ vs \d+|Read-only file system"
       # Errno 39 (ENOTEMPTY): the Trainer's rename of tmp-checkpoint-* onto a checkpoint dir that exists
       r"|Input/output error|\[Errno (?:5|30|122|116|24|39)\]|Stale file handle|Too many open files"
       r"|FileStream\.Write incomplete|\[WinError 32\]"  # WinError 32: the file is held by another process
-      r"|Error while serializing: IoError")  # safetensors' save_file, on the OS's write error
+      r"|Error while serializing: IoError"  # safetensors' save_file, on the OS's write error
+      # the Trainer's staging dir vanished under it while saving (only its save makes tmp-checkpoint-N)
+      r"|No such file or directory: '[^'\n]*tmp-checkpoint-\d+")
 _rule("ckpt-save-failed", "io_error", 85, ("to save", "to write", "checkpoint save", "checkpoint write", "checkpoint upload", "error saving", "error writing"),
       r"(?:failed|unable|could not) to (?:save|write) (?:the )?(?:checkpoint|model|state|adapter)"
       r"|Error writing (?:\(tmp\) )?checkpoint"
@@ -507,9 +509,10 @@ _rule("http-error", "io_error", 88, ("gated repo", "is restricted", "server erro
       r"|Bad Gateway|Gateway Time-?out|Service Unavailable|GatedRepoError|Cannot access gated repo"
       r"|40[13] Client Error|Unauthorized for url|Access to model .{0,60} is restricted",
       soft=True, confidence=0.92)
-_rule("offline-cache", "io_error", 87, ("localentrynotfounderror", "outgoing traffic has been disabled", "consistency check failed", "download", "headertoolarge", "metadataincompletebuffer", "incomplete", "pytorchstreamreader", "invalid load key", "unexpected eof"),
+_rule("offline-cache", "io_error", 87, ("localentrynotfounderror", "outgoing traffic has been disabled", "consistency check failed", "download", "headertoolarge", "metadataincompletebuffer", "incomplete", "pytorchstreamreader", "invalid load key", "unexpected eof", "while downloading"),
       r"LocalEntryNotFoundError|outgoing traffic has been disabled|Consistency check failed"
       r"|download(?:ing)? (?:failed|error|interrupted|incomplete)|failed (?:to download|downloading)"
+      r"|\berror (?:occurred |happened )?while downloading\b"  # huggingface_hub's hf_transfer path, and others
       r"|HeaderTooLarge|MetadataIncompleteBuffer|incomplete (?:download|file)"
       r"|PytorchStreamReader failed reading zip archive|invalid load key"
       r"|unexpected EOF, expected \d+ more bytes\. The file might be corrupted", confidence=0.9)  # torch.load, a cut file
@@ -750,7 +753,7 @@ _rule("completed", "completed", 50,
        "training was", "run was", "saving the final", "max epochs num!", "max frames num!", "*** best metric:",
        "saved pipeline to output directory", "train completed, best_metric", "key: avg_", "optimization done",
        "testing using ", "- f1-score (micro)", "optimization finished!", "loss for final step:", "eval metrics",
-       "test metrics", "predict metrics"),
+       "test metrics", "predict metrics", "eval results"),
       r"Training completed\. Do not forget|Training Completed!|\btrain_runtime\b|\*{3,} train metrics \*{3,}"
       r"|`Trainer\.fit` stopped: `max_(?:epochs|steps)=\d+` reached|\[after training is done\]"
       # (ESPnet: "was"; not one epoch's or step's end, as hand-written loops print it: "Training completed
@@ -782,7 +785,7 @@ _rule("completed", "completed", 50,
       r"|\bLoss for final step: "  # TF Estimator's train(), as it returns
       # HF example scripts' `trainer.log_metrics(...)` banner for evaluate()/predict() after train()
       # (the Trainer's own evaluations during training log a dict, never this banner)
-      r"|\*{3,} (?:eval|test|predict) metrics \*{3,}"
+      r"|\*{3,} (?:eval|test|predict) metrics \*{3,}|\*{3,} Eval results \*{3,}"  # (and the older scripts' banner)
       r"|\btrain completed, best_metric:"  # MONAI's training loops, after the last epoch
       r"|(?:^|\] )Optimization Done\.?[ \t]*$"  # Caffe's solver (glog line, or bare under DIGITS), after max_iter
       r"|^Key: avg_(?:train_prep|train_loss|eval_prep|eval_loss|epoch_time|checkpoint_time), Value: ",  # llama-recipes,

@@ -410,6 +410,8 @@ def test_the_last_epoch_run_to_its_end_is_a_finished_run() -> None:
     "{'train_runtime': 812.3, 'train_loss': 0.913, 'epoch': 3.0}\n100%|\u2588\u2588\u2588\u2588| 948/948 [13:32<00:00]\n"
     "***** Running Evaluation *****\n  Num examples = 500\n100%|\u2588\u2588\u2588\u2588| 63/63 [00:10<00:00,  6.00it/s]\n"
     "***** eval metrics *****\n  epoch                   =        3.0\n  eval_loss               =     0.4561\n",  # HF scripts
+    "08/29/2021 08:29:05 - INFO - __main__ -   ***** Eval results *****\n"
+    "08/29/2021 08:29:05 - INFO - __main__ -     epoch = 1.0\n",  # the older example scripts, SimCSE
 ])
 def test_more_ends_of_runs_as_their_sources_print_them(text: str) -> None:
     assert classify(text).state == "completed"
@@ -527,6 +529,14 @@ def test_the_shells_time_report_is_completion_only_with_no_failure_before_it() -
     # Hydra could not compose the run's config; torch.load read a file cut short
     ("hydra.errors.MissingConfigException: In 'train': Could not find 'model/resnet99'\n", "data_error"),
     ("RuntimeError: unexpected EOF, expected 3718471 more bytes. The file might be corrupted.\n", "io_error"),
+    ("model-00001-of-00005.safetensors:   1%|1         | 52.4M/4.00G [01:22<1:43:27, 635kB/s]\nError running job: An "
+     "error occurred while downloading using `hf_transfer`. Consider disabling HF_HUB_ENABLE_HF_TRANSFER for better "
+     "error handling.\n", "io_error"),  # huggingface_hub
+    ("    self._save_checkpoint(model, trial, metrics=metrics)\n  File \"/usr/lib/python3.9/shutil.py\", line 720, in "
+     "rmtree\n    os.rmdir(path)\nFileNotFoundError: [Errno 2] No such file or directory: '/ckpt/tmp-checkpoint-1'\n",
+     "io_error"),  # the Trainer's staging dir, gone while it saved (multi-node, shared disk)
+    ("FileNotFoundError: [Errno 2] No such file or directory: 'out/checkpoint-500/trainer_state.json'\n",
+     "data_error"),  # resuming from a checkpoint that is not there: the user's path
     # a script's own check on the loss, and an RL policy's std gone NaN
     ("  File \"solver.py\", line 100, in train\n    raise ValueError(' [x] nan loss ')\nValueError:  [x] nan loss\n",
      "diverged"),
