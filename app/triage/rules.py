@@ -753,7 +753,7 @@ _rule("completed", "completed", 50,
        "training was", "run was", "saving the final", "max epochs num!", "max frames num!", "*** best metric:",
        "saved pipeline to output directory", "train completed, best_metric", "key: avg_", "optimization done",
        "testing using ", "- f1-score (micro)", "optimization finished!", "loss for final step:", "eval metrics",
-       "test metrics", "predict metrics", "eval results"),
+       "test metrics", "predict metrics", "eval results", "last_model_checkpoint: "),
       r"Training completed\. Do not forget|Training Completed!|\btrain_runtime\b|\*{3,} train metrics \*{3,}"
       r"|`Trainer\.fit` stopped: `max_(?:epochs|steps)=\d+` reached|\[after training is done\]"
       # (ESPnet: "was"; not one epoch's or step's end, as hand-written loops print it: "Training completed
@@ -774,6 +774,7 @@ _rule("completed", "completed", 50,
       r"|\bStopping\. Best iteration:|\bBest iteration is:|^(?:\[[\d:]+\] )?Best iteration: \d+[ \t]*$"
       r"|^(?:Average|Final) (?:val\w*|test)\b[^\n]{0,40}\u00b1"  # the mean +- spread over repeated runs (OGB, DGL)
       r"|End time of running main:"  # ms-swift, once main() returned
+      r"|\[INFO:swift\] last_model_checkpoint: "  # ms-swift, the trainer state it logs after train()
       r"|\bSaved final (?:weights|model|adapters?|checkpoint)s? to\b"  # mlx-lm and many scripts, after the loop
       r"|\bFinal validation metrics:"  # verl's trainer, on its last step before it returns
       r"|^MAX (?:EPOCHS|FRAMES) NUM!"  # rl_games (Isaac Gym, IsaacGymEnvs), as it leaves the loop

@@ -412,6 +412,9 @@ def test_the_last_epoch_run_to_its_end_is_a_finished_run() -> None:
     "***** eval metrics *****\n  epoch                   =        3.0\n  eval_loss               =     0.4561\n",  # HF scripts
     "08/29/2021 08:29:05 - INFO - __main__ -   ***** Eval results *****\n"
     "08/29/2021 08:29:05 - INFO - __main__ -     epoch = 1.0\n",  # the older example scripts, SimCSE
+    "Train:  99%|\u2588\u2588\u2588\u2588\u2588\u2588\u2588\u2588\u2588\u258a| 80/81 [4:49:11<03:36, 216.89s/it]\n"
+    "[INFO:swift] last_model_checkpoint: /out/v6-20250609-104706/checkpoint-80\n"
+    "[INFO:swift] best_model_checkpoint: None\n",  # ms-swift after train()
 ])
 def test_more_ends_of_runs_as_their_sources_print_them(text: str) -> None:
     assert classify(text).state == "completed"
