@@ -141,6 +141,10 @@ _BATCH_AIMS: tuple[tuple[str, str], ...] = (
     ("forty-first", "an ordinary sample of hobbyist hardware: Windows, macOS/MPS, notebooks, kohya, voice training, ..."),
     ("forty-second", "an ordinary sample of robotics, embodied AI and RL: lerobot, Isaac Lab, diffusion policy, ..."),
     ("forty-third", "an ordinary sample of scientific models: proteins, molecules, weather, PINNs, medical imaging"),
+    ("forty-fourth", "an ordinary sample of embedding and retrieval training: sentence-transformers, FlagEmbedding, ..."),
+    ("forty-fifth", "an ordinary sample of translation and seq2seq: OpenNMT, Marian, fairseq, T5/NLLB/BART, ..."),
+    ("forty-sixth", "an ordinary sample of 2025-26 RL post-training of LLMs: verl, OpenRLHF, trl GRPO, ..."),
+    ("forty-seventh", "an ordinary sample of 2024-26 image/video generation training: ai-toolkit, SimpleTuner, ..."),
 )
 
 
