@@ -145,6 +145,10 @@ _BATCH_AIMS: tuple[tuple[str, str], ...] = (
     ("forty-fifth", "an ordinary sample of translation and seq2seq: OpenNMT, Marian, fairseq, T5/NLLB/BART, ..."),
     ("forty-sixth", "an ordinary sample of 2025-26 RL post-training of LLMs: verl, OpenRLHF, trl GRPO, ..."),
     ("forty-seventh", "an ordinary sample of 2024-26 image/video generation training: ai-toolkit, SimpleTuner, ..."),
+    ("forty-eighth", "an ordinary sample of threads opened in 2020-21"),
+    ("forty-ninth", "an ordinary sample of 2024-26 speech training: Whisper, wav2vec2, NeMo, icefall, TTS, ..."),
+    ("fiftieth", "an ordinary sample of 2024-26 detection and segmentation: YOLO, RT-DETR, SAM 2, MMDetection 3, ..."),
+    ("fifty-first", "an ordinary sample of small teams' LM pretraining: nanoGPT, LitGPT, TinyLlama, OLMo, GPT-NeoX, ..."),
 )
 
 

@@ -424,7 +424,8 @@ _rule("nccl-error", "cuda_fault", 84, ("nccl error", "ncclsystem", "ncclinternal
       r"|NCCL WARN (?:Cuda failure|NET/IB\s*:\s*Got completion|Call to)"
       r"|DistBackendError|NCCL communicator was aborted|unhandled (?:system|cuda) error",
       confidence=0.9)
-_rule("nccl-warn", "cuda_fault", 60, "nccl warn", r"NCCL WARN .{0,60}(?:error|fail)", soft=True, confidence=0.7)
+_rule("nccl-warn", "cuda_fault", 60, "nccl warn", r"NCCL WARN .{0,60}(?:error|fail|could not|cannot|unable)", soft=True,
+      confidence=0.7)  # ("Could not find real path of /sys/class/pci_bus/...": its topology probe, at init)
 _rule("sigbus-gpu", "cuda_fault", 50, ("segmentation", "segmentation fault", "sigsegv", "core dumped"),
       r"Segmentation fault|SIGSEGV|Fatal Python error: Segmentation", confidence=0.55)
 

@@ -117,6 +117,8 @@ KNOWN_MISSES = {
     "real-aw-openrlhf-ppo-final-save-454": "DeepSpeed's 'Saved .../last/...optim_states.pt' reads like every periodic "
                                            "save; only the poster says it was the end (Lightning's last.ckpt, too, is "
                                            "saved every epoch)",
+    "real-bh-basicsr-sr-hang-475": "the traceback of a Ctrl+C on a hung DataLoader, cut before its KeyboardInterrupt: "
+                                   "the same frames (_try_get_data, the queue's poll) lead to a killed worker's error",
     "real-bc-deepmd-lcurve-final-5159": "DeePMD's lcurve.out alone: its last row is the last step only because the "
                                         "config's numb_steps says so (the learning rate decayed to 1e-8 is a hint)",
 }

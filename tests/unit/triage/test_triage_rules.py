@@ -540,6 +540,9 @@ def test_the_shells_time_report_is_completion_only_with_no_failure_before_it() -
      "io_error"),  # the Trainer's staging dir, gone while it saved (multi-node, shared disk)
     ("FileNotFoundError: [Errno 2] No such file or directory: 'out/checkpoint-500/trainer_state.json'\n",
      "data_error"),  # resuming from a checkpoint that is not there: the user's path
+    ("x:430:2237 [0] include/topo.h:27 NCCL WARN Could not find real path of /sys/class/pci_bus/0000:02/../../0000:02:00.0\n"
+     "x:430:2237 [0] NCCL INFO init.cu:864 -> 2\nTraceback (most recent call last):\n"
+     "  File \"ddp.py\", line 55, in <module>\n", "cuda_fault"),  # NCCL's topology probe at init
     # a script's own check on the loss, and an RL policy's std gone NaN
     ("  File \"solver.py\", line 100, in train\n    raise ValueError(' [x] nan loss ')\nValueError:  [x] nan loss\n",
      "diverged"),
