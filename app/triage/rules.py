@@ -803,12 +803,14 @@ _rule("run-bar-full", "completed", 50, ("training progress:", "training:"),
 _rule(_EXIT_SUMMARY_RULE, "completed", 50, ("real ", "real\t"), r"^real[ \t]+\d+m\d+(?:[.,]\d+)?s[ \t]*$",
       confidence=0.75)
 _rule(_SUMMARY_RULE, "completed", 50, ("total training time", "training time ", "best validation loss",
-                                       "best model at step"),
+                                       "best model at step", "overall test ", " best validation "),
       r"(?<!estimated )(?<!remaining )\bTotal training time\b"
       r"|^Training time \d+:\d\d:\d\d\b"  # DETR's main() and the repos built on it (DeiT, MAE, ...), after the loop
       r"|^Best Validation Loss \S+ on Epoch \d+"  # DiffDock's train.py (and its forks), after the epoch loop
       # DeepXDE's Model.train() as it returns, also after a run whose losses went NaN
-      r"|^Best model at step \d+:",
+      r"|^Best model at step \d+:"
+      # chemprop's run_training / cross_validate, after the epoch loop and over the folds
+      r"|^Model \d+ best validation \S+ = \S+ on epoch \d+|^Overall test \S+ = [-\d.e]+ \+/- [-\d.e]+",
       confidence=0.85)
 _rule("sem-completed", "completed", 50,
       ("done", "finish", "complete", "succeed", "success", "reached max", "exported", "stored", "written", "exit code 0"),

@@ -470,6 +470,13 @@ def test_deepxdes_step_table_is_diverged_once_its_losses_are_nan_and_its_summary
     assert partly.state != "diverged" and partly.guess == "progressing"
     diffdock = "Epoch 399: Val inference rmsds_lt2 0.000\nBest Validation Loss 0.578 on Epoch 387\n"
     assert classify(diffdock).state == "completed"
+    chemprop = ("Epoch 29\nLoss = 1.2345e-01, PNorm = 35.1, GNorm = 0.41, lr_0 = 1.0000e-04\nValidation rmse = 0.712\n"
+                "Model 0 best validation rmse = 0.698412 on epoch 24\nModel 0 test rmse = 0.731200\n")
+    assert classify(chemprop).state == "completed"
+    assert classify("1-fold cross validation\n\tSeed 0 ==> test rmse = 0.731200\n"
+                    "Overall test rmse = 0.731200 +/- 0.000000\nElapsed time = 0:05:12\n").state == "completed"
+    oom = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\n"
+    assert classify(oom + "Model 0 best validation rmse = 0.698412 on epoch 24\n").state == "oom"
 
 
 def test_the_shells_time_report_is_completion_only_with_no_failure_before_it() -> None:
