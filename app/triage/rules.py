@@ -1143,7 +1143,7 @@ def _final_steps_done(line: str) -> tuple[str, ...] | None:
 # A tqdm bar over the run's steps, at its total: diffusers' and kohya's training scripts name it
 # "Steps"/"steps" (their other bars count one epoch's batches); a bar whose own line logs "Step N" at
 # the bar's N counts steps too (starVLA's accelerate loop).
-_FULL_BAR = re.compile(r"(?:(?<![\w-])(steps?) *: *)?100%\|[^|\n]*\| *(\d+)/(\d+) \[", re.IGNORECASE)
+_FULL_BAR = re.compile(r"(?:(?<![\w-])(steps) *: *)?100%\|[^|\n]*\| *(\d+)/(\d+) \[", re.IGNORECASE)
 _STEP_N = re.compile(r"\bstep[ :=]+(\d+)\b", re.IGNORECASE)
 
 
@@ -1154,7 +1154,7 @@ def _final_step_bar(line: str) -> tuple[str, ...] | None:
     m = _FULL_BAR.search(line)
     if m is None or m.group(2) != m.group(3) or int(m.group(2)) < 1:
         return None
-    if (m.group(1) or "").lower() == "steps":
+    if m.group(1) is not None:  # the bar is named for the run's steps
         return (line,)
     step = _STEP_N.search(line, m.end())
     return (line,) if step is not None and step.group(1) == m.group(2) else None

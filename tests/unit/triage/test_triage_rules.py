@@ -458,8 +458,9 @@ def test_a_full_bar_over_the_runs_steps_is_a_finished_run() -> None:
     assert classify(logged.replace("Step 55000", "Step 54000")).state == "progressing"
 
 
-def test_deepxdes_step_table_is_diverged_once_its_losses_are_nan_and_its_summary_ends_a_run() -> None:
-    """DeepXDE prints its best model when train() returns, also after the losses went NaN."""
+def test_science_codes_nan_tables_are_diverged_and_their_closing_summaries_end_a_run() -> None:
+    """DeepXDE prints its best model when train() returns, also after the losses went NaN; DiffDock's and
+    chemprop's summaries after their loops end a run too, but never outrank a failure before them."""
     table = ("Step      Train loss    Test loss     Test metric\n"
              "0         [5.47e+03]    [6.44e+03]    [1.00e+00]\n1000      [2.11e+01]    [2.52e+01]    [3.10e-01]\n")
     summary = "\nBest model at step 1000:\n  train loss: 2.11e+01\n  test loss: 2.52e+01\n"
