@@ -184,6 +184,9 @@ class _Rule:
     soft: bool = False  # overridden when progress was logged after it
     check: Callable[[re.Match[str]], bool] | None = None
     lazy: bool = False  # generic semantics: only searched when no specific rule already decided
+    # The pattern's top-level alternatives, each with a literal that every match of it holds (see
+    # `_alternatives`); None when the pattern is searched whole.
+    parts: tuple[tuple[tuple[str, ...] | None, re.Pattern[str]], ...] | None = None
 
 
 _RULES: list[_Rule] = []
@@ -210,8 +213,133 @@ def _rule(
         pattern, flags = _fold(pattern), flags & ~re.IGNORECASE
     _RULES.append(
         _Rule(name, state, weight, confidence, tuple(n.lower() for n in needles),
-              re.compile(pattern, flags | re.MULTILINE), soft, check, lazy)
+              re.compile(pattern, flags | re.MULTILINE), soft, check, lazy,
+              _alternatives(pattern, flags | re.MULTILINE))
     )
+
+
+def _split_top(pattern: str) -> list[str]:
+    """A pattern cut at its top-level `|` (outside groups and character classes)."""
+    parts, depth, start, i, n = [], 0, 0, 0, len(pattern)
+    while i < n:
+        c = pattern[i]
+        if c == "\\":
+            i += 2
+            continue
+        if c == "[":  # a class: "]" right after "[" or "[^" is a member, escapes are skipped
+            i += 2 if pattern.startswith("[^", i) else 1
+            if i < n and pattern[i] == "]":
+                i += 1
+            while i < n and pattern[i] != "]":
+                i += 2 if pattern[i] == "\\" else 1
+        elif c == "(":
+            depth += 1
+        elif c == ")":
+            depth -= 1
+        elif c == "|" and depth == 0:
+            parts.append(pattern[start:i])
+            start = i + 1
+        i += 1
+    parts.append(pattern[start:])
+    return parts
+
+
+_ZERO_WIDTH_START = re.compile(r"\^|\\b|\(\?<?[=!](?:[^()\\]|\\.)*\)")  # ^, \b, a lookaround without groups
+_LITERAL_ESCAPE = re.compile(r"\\[^A-Za-z0-9]")
+
+
+def _leading_literal(alt: str) -> str:
+    """A literal that every match of `alt` holds: the plain characters it starts with, after any
+    zero-width assertions ("" when it starts otherwise). A character made optional by the
+    quantifier after it is left out."""
+    i = 0
+    while (z := _ZERO_WIDTH_START.match(alt, i)) is not None:
+        i = z.end()
+    out: list[str] = []
+    while i < len(alt):
+        esc = _LITERAL_ESCAPE.match(alt, i)
+        if esc is not None:
+            c, nxt = alt[i + 1], i + 2
+        elif alt[i] in ".^$*+?{}[]()|\\":
+            break
+        else:
+            c, nxt = alt[i], i + 1
+        if nxt < len(alt) and alt[nxt] in "?*{":
+            break  # c is optional
+        out.append(c)
+        if nxt < len(alt) and alt[nxt] == "+":
+            break
+        i = nxt
+    return "".join(out)
+
+
+def _closing(pattern: str, i: int) -> int:
+    """The index of the ")" that closes the group opened at `pattern[i]`, or -1."""
+    depth, n = 0, len(pattern)
+    while i < n:
+        c = pattern[i]
+        if c == "\\":
+            i += 2
+            continue
+        if c == "[":
+            i += 2 if pattern.startswith("[^", i) else 1
+            if i < n and pattern[i] == "]":
+                i += 1
+            while i < n and pattern[i] != "]":
+                i += 2 if pattern[i] == "\\" else 1
+        elif c == "(":
+            depth += 1
+        elif c == ")":
+            depth -= 1
+            if depth == 0:
+                return i
+        i += 1
+    return -1
+
+
+def _leading_literals(alt: str) -> tuple[str, ...] | None:
+    """Literals of which every match of `alt` holds at least one: its leading literal, or the
+    leading literals of the alternatives of the (non-optional) group it starts with. None when
+    there is no such set of literals of 2 characters or more."""
+    i = 0
+    while (z := _ZERO_WIDTH_START.match(alt, i)) is not None:
+        i = z.end()
+    if alt.startswith("(?:", i):
+        close = _closing(alt, i)
+        if close < 0 or alt[close + 1 : close + 2] in ("?", "*", "{"):
+            return None
+        found: list[str] = []
+        for inner in _split_top(alt[i + 3 : close]):
+            lits = _leading_literals(inner)
+            if lits is None:
+                return None
+            found += lits
+        return tuple(dict.fromkeys(found))
+    literal = _leading_literal(alt[i:])
+    return (literal,) if len(literal) >= 2 else None
+
+
+_Part = tuple[tuple[str, ...] | None, re.Pattern[str]]
+
+
+def _alternatives(pattern: str, flags: int) -> tuple[_Part, ...] | None:
+    """The pattern's top-level alternatives, each compiled alone with literals of which each of
+    its matches holds one (None: no such literals, the alternative is always searched).
+
+    A search of `a|b|c` matches first at the leftmost position where any alternative matches, so
+    the first match starts at the least of the alternatives' first starts, and an alternative
+    none of whose literals is in the line cannot match there. `re` searches for a leading
+    literal at C speed, where a whole alternation is tried at every position. None (search the
+    whole pattern) for a pattern whose alternatives cannot be compiled alone (a back-reference)."""
+    parts: list[_Part] = []
+    for alt in _split_top(pattern):
+        try:
+            parts.append((_leading_literals(alt), re.compile(alt, flags)))
+        except re.error:
+            return None
+    if len(parts) == 1 and parts[0][0] is None:
+        return None  # nothing to gain
+    return tuple(parts)
 
 
 _FOLD_KEEP = re.compile(r"\\.|\(\?P<\w+>|\(\?P=\w+\)")
@@ -1444,6 +1572,20 @@ def _first_in_line(rule: _Rule, line_low: str) -> int:
         line_ok = _LINE_CHECKS.get(rule.check)
         if line_ok is not None and not line_ok(line_low):
             return -1
+    if rule.parts is not None and (rule.check is None or rule.check in _LINE_CHECKS):
+        # (a line check passed above holds for every match on the line)
+        first = -1
+        for literals, alt in rule.parts:
+            if literals is not None:
+                for literal in literals:
+                    if literal in line_low:
+                        break
+                else:
+                    continue
+            m = alt.search(line_low)
+            if m is not None and (first < 0 or m.start() < first):
+                first = m.start()
+        return first
     for m in rule.pattern.finditer(line_low):
         if rule.check is None or rule.check(m):
             return m.start()

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from app.triage import rules
-from app.triage.corpus import DATA_DIR
+from app.triage.corpus import DATA_DIR, REAL_SPLITS, real_rows
 
 ROWS = [
     json.loads(line)
@@ -147,6 +147,66 @@ def test_the_progress_check_by_parts_equals_the_whole_regex(line: str, extra: st
     """Property: `_is_progress` answers exactly as a search with the whole progress regex (case folding included)."""
     line = line[:at] + extra + line[at:]
     assert rules._is_progress(line) == (rules._PROGRESS.search(line) is not None)
+
+
+def _whole_first(rule: rules._Rule, line_low: str) -> int:
+    """A rule's first match in one lowercased line with its whole pattern (what `_first_in_line` shortens)."""
+    for m in rule.pattern.finditer(line_low):
+        if rule.check is None or rule.check(m):
+            return m.start()
+    return -1
+
+
+REAL_LINES = sorted({ln for split in REAL_SPLITS for r in real_rows(split) for ln in r["log"].splitlines()})
+
+
+def test_every_rule_finds_its_first_match_by_alternatives_where_the_whole_pattern_does() -> None:
+    """On every distinct line of the corpus and of the real excerpts, each rule's first match found
+    alternative by alternative (only those whose literals the line holds) starts where the whole pattern's does."""
+    split = [r for r in rules._RULES if r.parts is not None]
+    assert len(split) >= 70  # the cut covers most rules; a regression to whole-pattern search shows here
+    for line in LINES + REAL_LINES:
+        low = rules._lower_same_length(line)
+        for rule in split:
+            assert rules._first_in_line(rule, low) == _whole_first(rule, low), (rule.name, line)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.sampled_from(LINES), st.sampled_from(sorted({lit for r in rules._RULES for lits, _ in r.parts or ()
+                                                        for lit in lits or ()})),
+       st.integers(0, 200), st.text(alphabet="nafe:= 0.1()\n-_", max_size=8))
+def test_a_line_given_a_rule_literal_gets_the_same_first_match_by_alternatives(line: str, literal: str, at: int,
+                                                                                 extra: str) -> None:
+    """Property: with one of the rules' literals (and noise) put into a line, every rule still finds
+    the same first match alternative by alternative as with its whole pattern."""
+    low = rules._lower_same_length(line[:at] + literal + extra + line[at:])
+    for rule in rules._RULES:
+        if rule.parts is not None:
+            assert rules._first_in_line(rule, low) == _whole_first(rule, low), rule.name
+
+
+@pytest.mark.parametrize(("alternative", "literals"), [
+    ("loss (?:is|became) nan", ("loss ",)),
+    (r"\bgave (?:a )?nan loss\b", ("gave ",)),
+    (r"(?<!rendezvous)connectionerror", ("connectionerror",)),
+    (r"\b(?:ran|run|went) out of", ("ran", "run", "went")),
+    (r"(?:memory|vram|\bram\b)[^\n]{0,40}?full", ("memory", "vram", "ram")),
+    (r"grad(?:ient)?[ _]norm", ("grad",)),
+    (r"cross_?entropy", ("cross",)),  # the "_" is optional: the literal stops before it
+    (r"sslerror|ssl: certificate", ("sslerror", "ssl: certificate")),  # (taken as a group)
+    (r"sslerror|x", None),  # a one-character literal is not worth a test
+    (r"\[errno 2\]", ("[errno 2]",)),
+    (r"a+bc", None),  # one character, then a quantifier
+    (r"(?:ab|cd)?ef", None),  # an optional group holds no required literal
+    (r"\d+ steps", None),
+    (r"^(?:\S*: line \d+: +\d+ )?killed\b", None),
+])
+def test_the_leading_literals_of_an_alternative_are_held_by_every_match(alternative: str,
+                                                                        literals: tuple[str, ...] | None) -> None:
+    """What `_leading_literals` takes as the literals of which every match holds one."""
+    if "|" in alternative and not alternative.startswith("(?:"):
+        alternative = f"(?:{alternative})"
+    assert rules._leading_literals(alternative) == literals
 
 
 @settings(max_examples=300, deadline=None)
