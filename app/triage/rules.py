@@ -1516,6 +1516,8 @@ _PROFILES_BYTES = [0]
 # twice), so each rule's regex runs once per distinct line.
 _SPECIFIC_MATCHES: dict[bytes, tuple[tuple[int, int], ...]] = {}
 _LAZY_MATCHES: dict[bytes, tuple[tuple[int, int], ...]] = {}
+# Skeleton -> whether it holds a progress marker (`_last_progress_lines`), filled and emptied with _PROFILES.
+_MARKED: dict[bytes, bool] = {}
 _LINE_MATCHES_MAX = 20_000  # lines of at most _MEMO_LINE_BYTES: 20 MB at the very most
 _MEMO_LINE_BYTES = 1_000  # longer lines are not remembered
 
@@ -1527,6 +1529,7 @@ class _MemoryEmptied(Exception):
 def _forget() -> None:
     """Empty the fast path's memories (benchmarks of cold tails, tests)."""
     _PROFILES.clear()
+    _MARKED.clear()
     _PROFILES_BYTES[0] = 0
     _SPECIFIC_MATCHES.clear()
     _LAZY_MATCHES.clear()
@@ -1555,7 +1558,16 @@ def _learn(skeletons: list[bytes], profiles: dict[bytes, _Profile]) -> None:
         while pos >= 0:
             found.setdefault(bisect_right(starts, pos) - 1, set()).add(needle)
             pos = joined.find(needle, pos + 1)
+    with_marker: set[int] = set()
+    for marker in _PROGRESS_MARKERS_B:  # the lines that hold a progress marker: one find per such line
+        pos = joined.find(marker)
+        while pos >= 0:
+            i = bisect_right(starts, pos) - 1
+            with_marker.add(i)
+            pos = joined.find(marker, starts[i + 1]) if i + 1 < len(starts) else -1
+    marked = _MARKED
     for i, sk in enumerate(skeletons):
+        marked[sk] = i in with_marker
         ranked = _RANKED_SKELETON.match(sk) is not None
         needles = found.get(i)
         if not needles:
@@ -1658,44 +1670,37 @@ def _is_progress(line: str) -> bool:
     )
 
 
-def _last_marker(low: bytes, end: int) -> int:
-    """max(low.rfind(m, 0, end) for m in the progress markers), searching back in growing windows
-    (an occurrence inside a window is later than any that starts before it)."""
-    lo, step = end, 512
-    while lo > 0:
-        lo = max(0, lo - step)
-        pos = max([low.rfind(m, lo, end) for m in _PROGRESS_MARKERS_B])
-        if pos >= 0:
-            return pos
-        step *= 4
-    return -1
-
-
-def _last_progress_bytes(raw: bytes, low: bytes) -> tuple[int, str]:
-    """`_last_progress` on the encoded tail (positions are byte offsets); `low` may be its skeleton,
-    which holds the markers (no digits) exactly where the lowercased tail does."""
-    end = len(low)
-    for _ in range(_PROGRESS_TRIES):
-        pos = _last_marker(low, end)
-        if pos < 0:
-            break
-        start = raw.rfind(b"\n", 0, pos) + 1
-        stop = raw.find(b"\n", pos)
-        line = raw[start : stop if stop >= 0 else len(raw)].decode("utf-8")
-        if _is_progress(line):
-            return start, line.strip()[:_EVIDENCE_CHARS]
-        end = start
+def _last_progress_lines(raw: bytes, skeletons: list[bytes]) -> tuple[int, str]:
+    """`_last_progress` on the encoded tail (positions are byte offsets), walking back over its
+    lines' skeletons (`raw` split at the same places): only the lines whose skeleton holds a
+    progress marker are decoded and read, the last `_PROGRESS_TRIES` of them at most."""
+    marked = _MARKED
+    end = len(raw)
+    tries = 0
+    for sk in reversed(skeletons):
+        start = end - len(sk)
+        has = marked.get(sk)
+        if has is None:  # another thread emptied the memory meanwhile
+            has = any(map(sk.__contains__, _PROGRESS_MARKERS_B))
+        if has:
+            line = raw[start:end].decode("utf-8")
+            if _is_progress(line):
+                return start, line.strip()[:_EVIDENCE_CHARS]
+            tries += 1
+            if tries == _PROGRESS_TRIES:
+                break
+        end = start - 1
     return -1, ""
 
 
 _Candidate = tuple[int, bytes, _Profile]  # (byte offset, line, its skeleton's profile)
 
 
-def _prepare(raw: bytes, *, ranks_done: bool) -> tuple[bytes, bytes, list[_Candidate]] | None:
+def _prepare(raw: bytes, *, ranks_done: bool) -> tuple[bytes, list[bytes], list[_Candidate]] | None:
     """Drop control bytes from the encoded tail (ANSI and CRs already handled); the candidate
     lines, in order, each distinct line once (a rule's first match is in the first of them where
     it matches at all). None (unless `ranks_done`): a line may begin with torchrun's rank prefix,
-    which has to be stripped first."""
+    which has to be stripped first. Returns (the tail, its lines' skeletons, the candidates)."""
     skeleton = raw.translate(_SKELETON)
     if b"\x00" in skeleton:  # control bytes: dropped, as `normalise` does
         raw = raw.translate(None, _CONTROL_BYTES)
@@ -1703,6 +1708,7 @@ def _prepare(raw: bytes, *, ranks_done: bool) -> tuple[bytes, bytes, list[_Candi
     profiles = _PROFILES
     if len(profiles) > _PROFILES_MAX or _PROFILES_BYTES[0] > _PROFILES_MAX_BYTES:
         profiles.clear()
+        _MARKED.clear()
         _PROFILES_BYTES[0] = 0
     skeletons = skeleton.split(b"\n")
     try:
@@ -1737,7 +1743,7 @@ def _prepare(raw: bytes, *, ranks_done: bool) -> tuple[bytes, bytes, list[_Candi
             cands.append((at, line, prof))
         at += n + 1
         nxt = i + 1
-    return raw, skeleton, cands
+    return raw, skeletons, cands
 
 
 def _strip_rank_prefixes(text: str) -> str:
@@ -1807,8 +1813,8 @@ def _classify_encoded(raw: bytes, *, idle_seconds: float | None, stall_after_s: 
     if prepared is None:
         prepared = _prepare(_strip_rank_prefixes(raw.decode("utf-8")).encode("utf-8"), ranks_done=True)
     assert prepared is not None
-    raw, skeleton, cands = prepared
-    progress_pos, progress_line = _last_progress_bytes(raw, skeleton)
+    raw, skeletons, cands = prepared
+    progress_pos, progress_line = _last_progress_lines(raw, skeletons)
     if len(_SPECIFIC_MATCHES) + len(_LAZY_MATCHES) > _LINE_MATCHES_MAX:
         _forget()
 

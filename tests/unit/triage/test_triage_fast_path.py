@@ -149,6 +149,35 @@ def test_the_progress_check_by_parts_equals_the_whole_regex(line: str, extra: st
     assert rules._is_progress(line) == (rules._PROGRESS.search(line) is not None)
 
 
+@settings(max_examples=300, deadline=None)
+@given(st.integers(0, 2**32 - 1), st.booleans(), st.integers(0, 60))
+def test_the_last_progress_line_over_skeletons_is_the_one_the_whole_text_search_finds(seed: int, forget: bool,
+                                                                              noisy: int) -> None:
+    """Property: walking back over the lines' skeletons finds the same last progress line (at the same
+    place) as the marker search over the whole text, past up to 40 lines that hold a marker but are
+    no progress, and with the marker memory emptied (another thread) as well."""
+    rng = random.Random(seed)
+    tail = _shake(rng, rng.choice(ROWS)["log"]).replace("\r", "\n").replace("\x1b", "")
+    lines = tail.split("\n")
+    for _ in range(noisy):  # marker words on lines that are no progress
+        lines.insert(rng.randrange(len(lines) + 1), rng.choice(["loss of precision |", "epoch", "see images", "|"]))
+    # (lone surrogates and the Kelvin sign take the reference path, never this one)
+    text = rules.normalise("\n".join(lines)).replace("\ud800", "").replace("\u212a", "K")
+    raw = text.encode("utf-8")
+    rules._forget()
+    prepared = rules._prepare(raw, ranks_done=True)
+    assert prepared is not None
+    raw, skeletons, _ = prepared
+    if forget:
+        rules._MARKED.clear()
+    pos, line = rules._last_progress_lines(raw, skeletons)
+    want_pos, want_line = rules._last_progress(text, rules._lower_same_length(text))
+    assert line == want_line
+    assert (pos < 0) == (want_pos < 0)
+    if pos >= 0:
+        assert len(raw[:pos].decode("utf-8")) == want_pos
+
+
 def _whole_first(rule: rules._Rule, line_low: str) -> int:
     """A rule's first match in one lowercased line with its whole pattern (what `_first_in_line` shortens)."""
     for m in rule.pattern.finditer(line_low):
