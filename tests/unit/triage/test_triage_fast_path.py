@@ -178,6 +178,20 @@ def test_the_last_progress_line_over_skeletons_is_the_one_the_whole_text_search_
         assert len(raw[:pos].decode("utf-8")) == want_pos
 
 
+@pytest.mark.parametrize("after", [38, 39, 40, 41])
+def test_the_search_for_the_last_progress_line_gives_up_after_40_lines_with_a_marker(after: int) -> None:
+    """Past 39 lines that hold a progress marker but are no progress, the progress line before them
+    is still found; past 40 it is not, in both searches."""
+    text = "{'loss': 0.5, 'learning_rate': 1e-05, 'epoch': 1.0}\n" + "see the images |\nplain\n" * after
+    rules._forget()
+    prepared = rules._prepare(text.encode(), ranks_done=True)
+    assert prepared is not None
+    raw, skeletons, _ = prepared
+    found = rules._last_progress_lines(raw, skeletons)
+    assert found == rules._last_progress(text, text.lower())
+    assert (found[0] == 0) == (after < 40)
+
+
 def _whole_first(rule: rules._Rule, line_low: str) -> int:
     """A rule's first match in one lowercased line with its whole pattern (what `_first_in_line` shortens)."""
     for m in rule.pattern.finditer(line_low):
