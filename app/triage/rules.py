@@ -1767,8 +1767,10 @@ def classify(
     no rule reads; a tail whose invalid bytes are in a line that is read is decoded leniently first.
     """
     if not isinstance(tail, str):
-        raw = bytes(tail[-max_chars:])
-        if b"\xe2\x84\xaa" not in raw:  # the Kelvin sign (see below): the text path
+        raw = tail if type(tail) is bytes and len(tail) <= max_chars else bytes(tail[-max_chars:])
+        # The Kelvin sign (see below) takes the text path. Its last byte is looked for first: one
+        # byte is a memchr, where the three-byte search crawls over tqdm's many other E2 sequences.
+        if b"\xaa" not in raw or b"\xe2\x84\xaa" not in raw:
             try:
                 return _classify_encoded(raw, idle_seconds=idle_seconds, stall_after_s=stall_after_s)
             except (UnicodeDecodeError, _MemoryEmptied):
