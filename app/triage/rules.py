@@ -1711,16 +1711,16 @@ def _prepare(raw: bytes, *, ranks_done: bool) -> tuple[bytes, list[bytes], list[
         _MARKED.clear()
         _PROFILES_BYTES[0] = 0
     skeletons = skeleton.split(b"\n")
-    try:
-        profs = list(map(profiles.__getitem__, skeletons))
-    except KeyError:  # new line shapes
-        new = list(set(skeletons).difference(profiles))
+    # The distinct shapes first (hashing each line once: bytes keep their hash), then only the new
+    # ones are looked for: cheaper than a lookup of every line that a new shape interrupts.
+    new = list(set(skeletons).difference(profiles))
+    if new:
         _PROFILES_BYTES[0] += sum(map(len, new))
         _learn(new, profiles)
-        try:
-            profs = list(map(profiles.__getitem__, skeletons))
-        except KeyError:
-            raise _MemoryEmptied from None
+    try:
+        profs = list(map(profiles.__getitem__, skeletons))
+    except KeyError:
+        raise _MemoryEmptied from None
     cands: list[_Candidate] = []
     seen: set[bytes] = set()
     # Offsets of candidate lines only: the lengths of the lines between two candidates are summed
