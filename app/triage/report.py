@@ -149,6 +149,12 @@ _BATCH_AIMS: tuple[tuple[str, str], ...] = (
     ("forty-ninth", "an ordinary sample of 2024-26 speech training: Whisper, wav2vec2, NeMo, icefall, TTS, ..."),
     ("fiftieth", "an ordinary sample of 2024-26 detection and segmentation: YOLO, RT-DETR, SAM 2, MMDetection 3, ..."),
     ("fifty-first", "an ordinary sample of small teams' LM pretraining: nanoGPT, LitGPT, TinyLlama, OLMo, GPT-NeoX, ..."),
+    ("fifty-second", "an ordinary sample of threads opened in 2018-19"),
+    ("fifty-third", "an ordinary sample of runs on platforms: SageMaker, Vertex AI, Azure ML, Kubernetes, Ray, Slurm"),
+    ("fifty-fourth", "an ordinary sample of non-NVIDIA or non-Linux setups: ROCm, Apple MPS/MLX, Gaudi, Windows, WSL"),
+    ("fifty-fifth", "an ordinary sample of medical imaging, remote sensing, OCR and document AI: nnU-Net, MONAI, ..."),
+    ("fifty-sixth", "an ordinary sample of small-model training: distillation, QAT, BERT-size fine-tuning, SetFit, ..."),
+    ("fifty-seventh", "an ordinary sample of the most-used training repositories, threads of any year"),
 )
 
 
