@@ -372,6 +372,8 @@ def _scale_below_one(m: re.Match[str]) -> bool:
         groups = m.groupdict()
         if groups.get("scale") is not None:
             return float(groups["scale"]) < 1.0
+        if groups.get("lg") is not None:  # the scale's log2
+            return float(groups["lg"]) < 0.0
         return float(groups["to"]) < 1.0 or float(groups["attempt"]) == float(groups["to"])
     except (TypeError, ValueError):
         return False
@@ -431,7 +433,11 @@ _rule("sigkill", "oom", 60, ("sigkill", "exitcode", "exit code", "return code", 
 # --- diverged: NaN/inf loss or grad norm, loss-scale underflow, exploding loss ---------------
 _INF_NEEDLES = ("nan", ": inf", "=inf", "= inf", "loss inf", "norm inf", "-inf", "+inf", "infinity", "'inf")
 _rule("nan-loss", "diverged", 94, _INF_NEEDLES,
-      r"""loss(?:_(?!scale)\w+)?['"]?\s*[:=]?\s*['"]?(?:\[\s*|tensor\(\s*)?[-+]?(?:nan|inf(?:inity)?)\b"""
+      r"""loss(?:_(?!scale)\w+)?['"]?\s*[:=|]?\s*['"]?(?:\[\s*|tensor\(\s*)?[-+]?(?:nan|inf(?:inity)?)\b"""
+      # ("| loss | nan |": a logger's key-value table, OpenAI baselines' and the repos built on it;
+      # "Loss: epoch NaN - batch NaN": a loss given with what it is averaged over, burn's metrics)
+      r"""|loss\s*[:=]\s*(?:epoch|batch|step|iter|avg|average|mean|ema|running|smoothed|total|train|val|valid|test)"""
+      r"""\s+[-+]?(?:nan|inf(?:inity)?)\b"""
       # (mmdet/mmseg log every loss term by its key: `decode.loss_seg: nan`, `loss_cls: nan`)
       # losses logged by their own names (GluonCV/MXNet metrics: CrossEntropy=nan, SmoothL1=nan)
       r"""|\b(?:cross_?entropy|smooth_?l1|nll|bce|focal|kl_?div)\w*['"]?\s*[:=]\s*['"]?[-+]?nan\b""")
@@ -453,6 +459,8 @@ _rule("loss-is-nan", "diverged", 95, ("nan", "non-finite", "not finite", "infini
       r"|(?:nan|inf) (?:loss|gradients?) detected|\b(?:nan|inf) loss with\b|\bgave (?:a )?NaN loss\b|loss contains nan|Encountered nan"
       # a script's own check raising on the loss: DDSP-SVC's `raise ValueError(' [x] nan loss ')`
       r"|(?:Error|Exception):[^\n]{0,30}?\b(?:nan|inf) loss\b"
+      # a check raising on any tensor gone NaN: MONAI's "ValueError: cls_logits is NaN or Inf."
+      r"|(?:Error|Exception): [^\n]{0,60}?\b(?:is|are|became|become) nan\b"
       r"|grad(?:ient)?[ _]norm (?:is|was|became) (?:nan|inf)"
       # TensorFlow's CheckNumerics (clip_by_global_norm's, or tf.debugging.check_numerics on a loss)
       r"|Found Inf or NaN global norm|Tensor had (?:NaN|Inf) values")
@@ -460,9 +468,12 @@ _rule("min-loss-scale", "diverged", 96, ("decrease scale", "minimum loss scale",
                                          "reached the minimum", "fell below", "too small"),
       r"Minimum loss scale reached|loss scale already at minimum|cannot decrease scale anymore|grad_scale is too small"
       r"|loss[ _]scale (?:has )?(?:underflow|reached (?:the )?minimum|fell below|too small)")
-_rule("scale-underflow", "diverged", 90, ("reducing loss scale to", "reducing to", "setting loss scale to"),
+_rule("scale-underflow", "diverged", 90, ("reducing loss scale to", "reducing to", "setting loss scale to",
+                                          "decreased lg_loss_scale to"),
       r"(?:reducing loss scale to|setting loss scale to:?) (?P<scale>[0-9.eE+-]+)"
-      r"|Attempted loss scale: (?P<attempt>[0-9.eE+-]+), reducing to (?P<to>[0-9.eE+-]+)",
+      r"|Attempted loss scale: (?P<attempt>[0-9.eE+-]+), reducing to (?P<to>[0-9.eE+-]+)"
+      # OpenAI's guided-/improved-diffusion keep the scale's log2: "Found NaN, decreased lg_loss_scale to -3.0"
+      r"|decreased lg_loss_scale to (?P<lg>[0-9.eE+-]+)",
       check=_scale_below_one)
 # icefall/k2 warn while the fp16 grad scale is below 1 (it may recover) and give up below 1e-5
 # ("grad_scale is too small"): a scale that far down is an overflow that never ends.
@@ -738,6 +749,16 @@ _rule("config", "data_error", 90, ("unknown ", "validationerror", "yaml.", "scan
 _rule("config-hint", "data_error", 45, ("error: ",),
       r"^\S*Error: .{0,120}(?:should be (?:a|an|one of)|must be (?:a multiple|divisible|one of|greater|less|positive|set)|is not supported for)",
       soft=True, confidence=0.65)
+# A dataset found, loaded or cached with no samples at all ("PreprocessedTensorDataset: 0 samples cached",
+# "Found 0 images in ...", the HF Trainer's "Num examples = 0"): the run has nothing to train on.
+_rule("no-samples", "data_error", 72, (" 0 samples", " 0 examples", " 0 images", " 0 valid", " 0 training", " 0 train ",
+                                       " 0 sequences", " 0 records", "num examples = 0"),
+      r"(?:dataset|found|loaded|loading|cached|contains|has|with|got)\W{0,3}0 (?:valid |usable |training |train )?"
+      r"(?:samples|examples|images|sequences|records)\b|\bnum examples = 0\b",
+      soft=True, confidence=0.8)
+# ultralytics' dataset scan, per image whose label file it cannot read (soft: training goes on with the rest)
+_rule("corrupt-labels", "data_error", 72, ("ignoring corrupt image",), r"ignoring corrupt image/label:",
+      soft=True, confidence=0.8)
 _rule("module-missing", "data_error", 70, ("modulenotfounderror", "importerror", "no module named", "requires the latest version", "requires the following packages"),
       r"ModuleNotFoundError|No module named|ImportError|requires the latest version of|requires the following packages",
       soft=True, confidence=0.8)
@@ -882,7 +903,8 @@ _rule("completed", "completed", 50,
        "training was", "run was", "saving the final", "max epochs num!", "max frames num!", "*** best metric:",
        "saved pipeline to output directory", "train completed, best_metric", "key: avg_", "optimization done",
        "testing using ", "- f1-score (micro)", "optimization finished!", "loss for final step:", "eval metrics",
-       "test metrics", "predict metrics", "eval results", "last_model_checkpoint: "),
+       "test metrics", "predict metrics", "eval results", "last_model_checkpoint: ", "reporting training success",
+       "training job completed", "billable seconds: "),
       r"Training completed\. Do not forget|Training Completed!|\btrain_runtime\b|\*{3,} train metrics \*{3,}"
       r"|`Trainer\.fit` stopped: `max_(?:epochs|steps)=\d+` reached|\[after training is done\]"
       # (ESPnet: "was"; not one epoch's or step's end, as hand-written loops print it: "Training completed
@@ -917,6 +939,9 @@ _rule("completed", "completed", 50,
       # (the Trainer's own evaluations during training log a dict, never this banner)
       r"|\*{3,} (?:eval|test|predict) metrics \*{3,}|\*{3,} Eval results \*{3,}"  # (and the older scripts' banner)
       r"|\btrain completed, best_metric:"  # MONAI's training loops, after the last epoch
+      # SageMaker: the training toolkit in the container once the entry point exited 0, and the SDK's
+      # job log stream (its status line, then the billed time, printed for a completed job only)
+      r"|\bReporting training SUCCESS\b|\bCompleted - Training job completed\b|\bBillable seconds: \d+"
       r"|(?:^|\] )Optimization Done\.?[ \t]*$"  # Caffe's solver (glog line, or bare under DIGITS), after max_iter
       r"|^Key: avg_(?:train_prep|train_loss|eval_prep|eval_loss|epoch_time|checkpoint_time), Value: ",  # llama-recipes,
       # printing what train() returned
@@ -1288,6 +1313,30 @@ def _final_step_bar(line: str) -> tuple[str, ...] | None:
     return (line,) if step is not None and step.group(1) == m.group(2) else None
 
 
+# TF Estimator scripts (BERT's run_classifier/run_squad and their many forks) evaluate after training
+# and write the result one sorted `key = value` line each, global_step among them: "eval_accuracy =
+# 0.91", "eval_loss = 0.27", "global_step = 78750", "loss = 0.27" (after "***** Eval results *****").
+_KEY_VALUE_LINE = re.compile(r"^[ \t]*(?:INFO:tensorflow:[ \t]*)?([A-Za-z_][\w./-]*) = \S+[ \t]*$")
+
+
+def _final_eval_block(text: str) -> tuple[str, ...] | None:
+    """Evidence that the log ends in such an evaluation write-out (its last three or more non-empty
+    lines are `key = value`, an `eval_` key and `global_step` among them), or None."""
+    keys: list[str] = []
+    lines: list[str] = []
+    for line in reversed(text[-2048:].splitlines()):
+        if not line.strip():
+            continue
+        m = _KEY_VALUE_LINE.match(line)
+        if m is None:
+            break
+        keys.append(m.group(1))
+        lines.append(line.strip())
+    if len(keys) >= 3 and "global_step" in keys and any(k.startswith("eval_") for k in keys):
+        return tuple(reversed(lines))[:3]
+    return None
+
+
 def _final_batch_done(line: str) -> tuple[str, ...] | None:
     """Evidence that the last progress line is the last batch of the last epoch, or None: the epoch
     counter at its total (counted from 1) and the batch counter at its total or one short (counted
@@ -1400,7 +1449,8 @@ def _decide(
         # The step counter is read on the last progress line and on the last line: LLaMA-Factory's
         # last trainer_log entry has "loss": null, so it is no progress line, but it holds the count.
         final = (_final_epoch_done(*end) or _final_batch_done(progress_line) or _final_steps_done(progress_line)
-                 or _final_steps_done(end[0][end[0].rstrip().rfind("\n") + 1 :]) or _final_step_bar(progress_line))
+                 or _final_steps_done(end[0][end[0].rstrip().rfind("\n") + 1 :]) or _final_step_bar(progress_line)
+                 or _final_eval_block(end[0]))
         if final is not None:
             return Verdict("completed", 0.8, final, "final-epoch-done", "completed")
         return Verdict("progressing", 0.9 if idle is not None else 0.85, (progress_line,), "progress", "progressing")
@@ -1493,12 +1543,16 @@ _RULES_WITH_NEEDLE: dict[str, tuple[int, ...]] = {
 }
 # Per skeleton needle: the rules it decides by itself (needles without digits), and the needles
 # with digits behind it, each to be checked in the line.
+# (A needle whose digits are all "0" is its own skeleton, but "1 valid" has that skeleton too: any
+# digit puts a needle among those checked in the line.)
 _SK_EXACT: dict[bytes, frozenset[int]] = {
-    s: frozenset(i for n in _ALL_NEEDLES if n.encode("ascii") == s for i in _RULES_WITH_NEEDLE[n]) for s in _SK_NEEDLES
+    s: frozenset(i for n in _ALL_NEEDLES if n.encode("ascii") == s and not any(c.isdigit() for c in n)
+                 for i in _RULES_WITH_NEEDLE[n])
+    for s in _SK_NEEDLES
 }
 _SK_DIGITS: dict[bytes, tuple[tuple[bytes, tuple[int, ...]], ...]] = {
     s: tuple((n.encode("ascii"), _RULES_WITH_NEEDLE[n]) for n in _ALL_NEEDLES
-             if n.encode("ascii") != s and _skeleton_of(n) == s)
+             if any(c.isdigit() for c in n) and _skeleton_of(n) == s)
     for s in _SK_NEEDLES
 }
 

@@ -217,7 +217,7 @@ def test_every_rule_finds_its_first_match_by_alternatives_where_the_whole_patter
 @settings(max_examples=400, deadline=None)
 @given(st.sampled_from(LINES), st.sampled_from(sorted({lit for r in rules._RULES for lits, _ in r.parts or ()
                                                         for lit in lits or ()})),
-       st.integers(0, 200), st.text(alphabet="nafe:= 0.1()\n-_", max_size=8))
+       st.integers(0, 200), st.text(alphabet="nafe:= 0.1()\t-_", max_size=8))
 def test_a_line_given_a_rule_literal_gets_the_same_first_match_by_alternatives(line: str, literal: str, at: int,
                                                                                  extra: str) -> None:
     """Property: with one of the rules' literals (and noise) put into a line, every rule still finds

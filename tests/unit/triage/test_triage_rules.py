@@ -573,3 +573,55 @@ def test_the_runs_step_counter_at_its_total_is_a_finished_run() -> None:
     assert classify(swift.format(n=1199)).state == "progressing"
     assert classify(entry.format(n=0, loss="null").replace("3235", "0")).state != "completed"
 
+
+
+def _said(text: str, idle: float | None = None) -> str:
+    v = classify(text, idle_seconds=idle)
+    return v.guess if v.state == UNSURE else v.state
+
+
+def test_session_ten_fixes_read_these_frameworks_as_their_sources_print_them() -> None:
+    """Written from the frameworks' own formats (batches 52-57's dev halves showed the gaps): each
+    reading, and the near miss beside it that must not change."""
+    step = "{'loss': 0.91, 'grad_norm': 1.2, 'learning_rate': 2e-05, 'epoch': 0.1}\n"
+    # guided-/improved-diffusion's fp16 scaler keeps log2 of the scale: below 0 the scale is below 1
+    assert _said("Found NaN, decreased lg_loss_scale to -3.0\n" * 3) == "diverged"
+    assert _said("Found NaN, decreased lg_loss_scale to 19.0\n" + step) == "progressing"
+    # OpenAI baselines' logger table; its loss-scale row is no loss
+    table = "-------------------------\n| grad_norm | 0.41 |\n| loss | {v} |\n| step | 1.2e+04 |\n-------------------------\n"
+    assert _said(table.format(v="nan")) == "diverged"
+    assert _said("| lg_loss_scale | -1.62e+04 |\n" + table.format(v="0.0132")) == "progressing"
+    # burn's metrics: the loss given with what it is averaged over
+    assert _said("  - Train Loss: epoch NaN - batch NaN\n  - Iteration 1422 Epoch 2/6\n") == "diverged"
+    assert _said("  - Train Loss: epoch 0.52 - batch 0.48\n") != "diverged"
+    # a check raising on a tensor gone NaN
+    assert _said('    raise ValueError("cls_logits is NaN or Inf.")\nbuiltins.ValueError: cls_logits is NaN or Inf.\n') \
+        == "diverged"
+    assert _said("ValueError: Input contains NaN, infinity or a value too large for dtype('float64').\n") != "diverged"
+    # SageMaker: the training toolkit's report, and the SDK's job log stream at the end of a completed job
+    assert _said("2020-04-15 05:51:54,719 sagemaker-containers INFO     Reporting training SUCCESS\n") == "completed"
+    assert _said("2021-03-02 10:11:12 Completed - Training job completed\nTraining seconds: 104\n"
+                 "Billable seconds: 104\n") == "completed"
+    assert _said("2020-04-15 05:51:54,719 sagemaker-containers ERROR    Reporting training FAILURE\n") != "completed"
+    # a dataset with nothing in it; but not a count of nothing skipped, nor ten of something
+    assert _said("INFO | data_module:139 - PreprocessedTensorDataset: 0 samples cached in RAM from ./ds\n") == "data_error"
+    assert _said("Found 0 images belonging to 3 classes.\n") == "data_error"
+    assert _said("Found 10 images belonging to 3 classes.\n") != "data_error"
+    assert _said("Filtered 0 samples with empty text.\n" + step) == "progressing"
+    # ultralytics' dataset scan: corrupt labels decide only when training never went on
+    corrupt = "train: WARNING ⚠️ /data/images/train/{i}.jpg: ignoring corrupt image/label: cannot reshape array of size 55 into shape (2)\n"
+    assert _said("".join(corrupt.format(i=i) for i in range(5))) == "data_error"
+    bar = "      1/100      3.51G      1.234      2.345      1.456         12        640:  45%|████▌     | 9/20 [00:04<00:05,  2.1it/s]\n"
+    assert _said(corrupt.format(i=1) + bar) == "progressing"
+
+
+def test_a_tf_estimator_evaluation_written_out_after_training_is_a_finished_run() -> None:
+    """BERT's run_classifier (and its forks) evaluate after training and write one sorted `key = value`
+    line per metric; the same lines without global_step or without an eval_ key are not that."""
+    block = "***** Eval results *****\n  eval_accuracy = 0.91\n  eval_loss = 0.27\n  global_step = 78750\n  loss = 0.27\n"
+    assert _said(block) == "completed"
+    assert _said(block.replace("***** Eval results *****\n", "")) == "completed"
+    assert _said("INFO:tensorflow:  eval_accuracy = 0.91\nINFO:tensorflow:  eval_loss = 0.27\n"
+                 "INFO:tensorflow:  global_step = 1200\nINFO:tensorflow:  loss = 0.27\n") == "completed"
+    assert _said("  eval_accuracy = 0.91\n  eval_loss = 0.27\n  loss = 0.27\n") == "progressing"
+    assert _said("  lr = 0.001\n  global_step = 500\n  loss = 0.27\n") == "progressing"
