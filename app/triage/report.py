@@ -155,6 +155,12 @@ _BATCH_AIMS: tuple[tuple[str, str], ...] = (
     ("fifty-fifth", "an ordinary sample of medical imaging, remote sensing, OCR and document AI: nnU-Net, MONAI, ..."),
     ("fifty-sixth", "an ordinary sample of small-model training: distillation, QAT, BERT-size fine-tuning, SetFit, ..."),
     ("fifty-seventh", "an ordinary sample of the most-used training repositories, threads of any year"),
+    ("fifty-eighth", "an ordinary sample of threads opened in 2022"),
+    ("fifty-ninth", "an ordinary sample of LLM fine-tuning on one consumer or rented GPU: QLoRA, unsloth, mlx-lm, ..."),
+    ("sixtieth", "an ordinary sample of multi-node training: torchrun across nodes, DeepSpeed, Horovod, NCCL, FSDP"),
+    ("sixty-first", "an ordinary sample of classic RL training: stable-baselines3, RLlib, ML-Agents, Gym, ..."),
+    ("sixty-second", "an ordinary sample of TensorFlow 2 and Keras training in any field"),
+    ("sixty-third", "an ordinary sample of smaller, less-known repositories (under ~1,000 stars) of any field"),
 )
 
 
