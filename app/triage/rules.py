@@ -460,7 +460,7 @@ _rule("loss-is-nan", "diverged", 95, ("nan", "non-finite", "not finite", "infini
       # a script's own check raising on the loss: DDSP-SVC's `raise ValueError(' [x] nan loss ')`
       r"|(?:Error|Exception):[^\n]{0,30}?\b(?:nan|inf) loss\b"
       # a check raising on any tensor gone NaN: MONAI's "ValueError: cls_logits is NaN or Inf."
-      r"|(?:Error|Exception): [^\n]{0,60}?\b(?:is|are|became|become) nan\b"
+      r"|(?:Error|Exception): ?[^\n]{0,60}?\b(?:is|are|became|become) nan\b"
       r"|grad(?:ient)?[ _]norm (?:is|was|became) (?:nan|inf)"
       # TensorFlow's CheckNumerics (clip_by_global_norm's, or tf.debugging.check_numerics on a loss)
       r"|Found Inf or NaN global norm|Tensor had (?:NaN|Inf) values")
@@ -563,6 +563,11 @@ _rule("nccl-error", "cuda_fault", 84, ("nccl error", "ncclsystem", "ncclinternal
       r"|NCCL WARN (?:Cuda failure|NET/IB\s*:\s*Got completion|Call to)"
       r"|DistBackendError|NCCL communicator was aborted|unhandled (?:system|cuda) error",
       confidence=0.9)
+# NCCL's own error trail: each function an error passes through logs "file.cc:line -> result" (a non-zero
+# ncclResult_t), and its bootstrap's socket connect fails with a WARN. Above the generic network rule:
+# a refused connection between NCCL's peers is an NCCL failure (the host or its fabric), not a download.
+_rule("nccl-error-trail", "cuda_fault", 91, (".cc:", "nccl warn connect to", "nccl warn bootstrap"),
+      r"NCCL INFO [\w/.+-]+\.cc:\d+ -> [1-9]\d*\b|NCCL WARN (?:Connect to \S+ failed|Bootstrap)", confidence=0.9)
 _rule("nccl-warn", "cuda_fault", 60, "nccl warn", r"NCCL WARN .{0,60}(?:error|fail|could not|cannot|unable)", soft=True,
       confidence=0.7)  # ("Could not find real path of /sys/class/pci_bus/...": its topology probe, at init)
 _rule("sigbus-gpu", "cuda_fault", 50, ("segmentation", "segmentation fault", "sigsegv", "core dumped"),
@@ -590,7 +595,8 @@ _rule("rendezvous", "stalled", 91, ("diststoreerror", "rendezvous", "timed out",
       r"|clients joined|The client socket has timed out|DistStoreError: .{0,60}[Tt]imed? ?out"
       r"|Socket Timeout|wait timeout after \d+ ?ms|timed out waiting for (?:the )?(?:store|barrier|peers|workers)"
       r"|barrier timed out|monitoredBarrier|Timed out initializing process group"
-      r"|Timed out waiting \d+ ?ms for (?:send|recv|recv operation)|The server socket has timed out",
+      r"|Timed out waiting \d+ ?ms for (?:send|recv|recv operation)|The server socket has timed out"
+      r"|Timeout waiting for key",  # a c10d store's get (FileStore, HashStore): a peer never wrote its key
       confidence=0.95)
 # JAX/XLA multi-host start-up: registering with the coordination service, or its barrier, timed
 # out (the other tasks never came). Not "agent in error status" alone: every task prints that
@@ -1215,7 +1221,7 @@ def _nan_after_values(window: str) -> int:
 
 
 def _exploding(text: str, window: str) -> tuple[str, str] | None:
-    """(rule, evidence) for an exploding loss or one collapsed to exactly 0.0, or None.
+    """(rule, evidence) for an exploding loss or gradient norm, or a loss collapsed to exactly 0.0, or None.
 
     `window` is the last 4,096 characters of `text` (the tail, or an end of it that begins at a
     line start), lowercased (its ASCII letters, at least: see `_tail_of`).
@@ -1226,7 +1232,7 @@ def _exploding(text: str, window: str) -> tuple[str, str] | None:
             return "loss-column-nan", _line_at(text, len(text) - len(window) + nan_row)
     found = _LOSS_VALUE.findall(window)  # every match is a number float() reads (\d: any script)
     if len(found) < 3:
-        return None
+        return _grad_norm_exploding(text, window)
     values = list(map(float, found[-50:]))
     last, floor = values[-1], min(values)
     if last >= 1e3 and last >= 20 * max(floor, 1e-3):
@@ -1234,13 +1240,38 @@ def _exploding(text: str, window: str) -> tuple[str, str] | None:
     elif len(values) >= 4 and values[-1] == 0.0 and values[-2] == 0.0 and max(values[:-2]) > 0.05:
         name = "loss-zero"  # fp16 runs whose loss collapses to exactly 0.0 (NaN logged as 0): suspicious, not proof
     else:
-        return None
+        return _grad_norm_exploding(text, window)
     # The last value's line: matches start at a "loss" and cannot overlap, so the last match is the
     # one at the last "loss" where the pattern matches.
     at = window.rfind("loss")
     while (m := _LOSS_VALUE.match(window, at)) is None:
         at = window.rfind("loss", 0, at)
     return name, _line_at(text, len(text) - len(window) + m.start())
+
+
+_GRAD_NORM_BLOWN = 1e10  # no healthy run logs a gradient norm this large
+_GRAD_NORM_HIGH = 1e4
+
+
+def _grad_norm_exploding(text: str, window: str) -> tuple[str, str] | None:
+    """("grad-norm-exploding", evidence) when the logged gradient norm has blown up, or None: its
+    last value at 1e10 or more, or its last three values each at least 1e4 and a hundredfold the
+    least value in the window (sustained, not one spike). `window` as in `_exploding`."""
+    if "grad" not in window:
+        return None
+    matches = [m for m in _GRAD_NORM_VALUE.finditer(window) if m.group(1)[:1].isdigit()][-50:]
+    values: list[float] = []
+    for m in matches:
+        try:
+            values.append(float(m.group(1)))
+        except ValueError:  # "1.2.3"
+            return None
+    if len(values) < 3:
+        return None
+    high = max(_GRAD_NORM_HIGH, 100 * max(min(values), 1e-3))
+    if values[-1] < _GRAD_NORM_BLOWN and not all(v >= high for v in values[-3:]):
+        return None
+    return "grad-norm-exploding", _line_at(text, len(text) - len(window) + matches[-1].start())
 
 
 # "Epoch 10/10" (Keras, most hand-written loops), "Train epoch [1/1]", "epoch: 3/3": the counter

@@ -625,3 +625,26 @@ def test_a_tf_estimator_evaluation_written_out_after_training_is_a_finished_run(
                  "INFO:tensorflow:  global_step = 1200\nINFO:tensorflow:  loss = 0.27\n") == "completed"
     assert _said("  eval_accuracy = 0.91\n  eval_loss = 0.27\n  loss = 0.27\n") == "progressing"
     assert _said("  lr = 0.001\n  global_step = 500\n  loss = 0.27\n") == "progressing"
+
+
+def test_nccl_error_trails_store_timeouts_and_blown_up_gradient_norms() -> None:
+    """The second round's fixes, from NCCL's, c10d's and the HF Trainer's own formats, each with its near miss."""
+    # NCCL's error trail ("file.cc:line -> result" for a non-zero result) and its bootstrap's refused connect
+    trail = ("h1:941227:943077 [0] NCCL INFO Call to connect returned Connection refused, retrying\n"
+             "h1:941227:943077 [0] include/socket.h:390 NCCL WARN Connect to 10.0.0.2<21724> failed : Connection refused\n"
+             "h1:941227:943077 [0] NCCL INFO bootstrap.cc:100 -> 2\nh1:941227:943077 [0] NCCL INFO init.cc:695 -> 2\n")
+    assert _said(trail) == "cuda_fault"
+    assert _said("h1:1:2 [0] NCCL INFO Bootstrap : Using eth0:10.0.0.1<0>\nh1:1:2 [0] NCCL INFO init.cc:1390 -> 0\n"
+                 "{'loss': 0.91, 'grad_norm': 1.2, 'learning_rate': 2e-05, 'epoch': 0.1}\n") == "progressing"
+    # a c10d store's get timing out: a peer never wrote its key
+    assert _said("RuntimeError: [1] is setting up NCCL communicator and retreiving ncclUniqueId from [0] via c10d "
+                 "key-value store by key '0', but store->get('0') got error: Timeout waiting for key: default_pg/0/0 "
+                 "after 1800000 ms\n") == "stalled"
+    # a project's own NaN check, raised without a space after the colon
+    assert _said("ValueError:Network outputs is NAN! Stop Training\n") == "diverged"
+    # the gradient norm: sustained at a hundredfold its low, or past 1e10; one spike at the end is no divergence
+    row = "{{'loss': 11.2, 'grad_norm': {g}, 'learning_rate': 2.5e-05, 'epoch': 0.0}}\n"
+    assert _said("".join(row.format(g=g) for g in (3.1, 2.8, 3.0, 4e4, 9e4, 2.1e5))) == "diverged"
+    assert _said("".join(row.format(g=g) for g in (3.8e12, 5.7e12, 8.5e12, 1.3e13))) == "diverged"
+    assert _said("".join(row.format(g=g) for g in (3.1, 2.8, 3.0, 2.9, 3.3, 5e4))) == "progressing"
+    assert _said("".join(row.format(g=g) for g in (310.0, 280.0, 300.0, 2900.0, 3300.0, 5000.0))) == "progressing"
