@@ -33,7 +33,7 @@ from __future__ import annotations
 import os
 import re
 from bisect import bisect_right
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from itertools import compress, pairwise
 from pathlib import Path
@@ -218,9 +218,10 @@ def _rule(
     )
 
 
-def _split_top(pattern: str) -> list[str]:
-    """A pattern cut at its top-level `|` (outside groups and character classes)."""
-    parts, depth, start, i, n = [], 0, 0, 0, len(pattern)
+def _outside_classes(pattern: str, i: int = 0) -> Iterator[tuple[int, str, int]]:
+    """(index, character, group depth) of a pattern's characters from `i` on that are neither
+    escaped nor inside a character class; a "(" is given at the depth outside it, as is its ")"."""
+    depth, n = 0, len(pattern)
     while i < n:
         c = pattern[i]
         if c == "\\":
@@ -232,16 +233,22 @@ def _split_top(pattern: str) -> list[str]:
                 i += 1
             while i < n and pattern[i] != "]":
                 i += 2 if pattern[i] == "\\" else 1
-        elif c == "(":
-            depth += 1
-        elif c == ")":
-            depth -= 1
-        elif c == "|" and depth == 0:
-            parts.append(pattern[start:i])
-            start = i + 1
+        else:
+            depth -= c == ")"
+            yield i, c, depth
+            depth += c == "("
         i += 1
-    parts.append(pattern[start:])
-    return parts
+
+
+def _split_top(pattern: str) -> list[str]:
+    """A pattern cut at its top-level `|` (outside groups and character classes)."""
+    cuts = [i for i, c, depth in _outside_classes(pattern) if c == "|" and depth == 0]
+    return [pattern[a + 1 : b] for a, b in pairwise([-1, *cuts, len(pattern)])]
+
+
+def _closing(pattern: str, i: int) -> int:
+    """The index of the ")" that closes the group opened at `pattern[i]`, or -1."""
+    return next((j for j, c, depth in _outside_classes(pattern, i) if c == ")" and depth == 0), -1)
 
 
 _ZERO_WIDTH_START = re.compile(r"\^|\\b|\(\?<?[=!](?:[^()\\]|\\.)*\)")  # ^, \b, a lookaround without groups
@@ -271,30 +278,6 @@ def _leading_literal(alt: str) -> str:
             break
         i = nxt
     return "".join(out)
-
-
-def _closing(pattern: str, i: int) -> int:
-    """The index of the ")" that closes the group opened at `pattern[i]`, or -1."""
-    depth, n = 0, len(pattern)
-    while i < n:
-        c = pattern[i]
-        if c == "\\":
-            i += 2
-            continue
-        if c == "[":
-            i += 2 if pattern.startswith("[^", i) else 1
-            if i < n and pattern[i] == "]":
-                i += 1
-            while i < n and pattern[i] != "]":
-                i += 2 if pattern[i] == "\\" else 1
-        elif c == "(":
-            depth += 1
-        elif c == ")":
-            depth -= 1
-            if depth == 0:
-                return i
-        i += 1
-    return -1
 
 
 def _leading_literals(alt: str) -> tuple[str, ...] | None:
