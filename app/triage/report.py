@@ -161,6 +161,12 @@ _BATCH_AIMS: tuple[tuple[str, str], ...] = (
     ("sixty-first", "an ordinary sample of classic RL training: stable-baselines3, RLlib, ML-Agents, Gym, ..."),
     ("sixty-second", "an ordinary sample of TensorFlow 2 and Keras training in any field"),
     ("sixty-third", "an ordinary sample of smaller, less-known repositories (under ~1,000 stars) of any field"),
+    ("sixty-fourth", "an ordinary sample of threads opened in 2023"),
+    ("sixty-fifth", "an ordinary sample of self-supervised and multimodal pretraining: MoCo, DINO, MAE, CLIP, ..."),
+    ("sixty-sixth", "an ordinary sample of logs around other languages: Chinese, Japanese, Korean, Russian; Paddle, ..."),
+    ("sixty-seventh", "an ordinary sample of graph, recommender and tabular deep learning: PyG, RecBole, TabNet, ..."),
+    ("sixty-eighth", "an ordinary sample of hosted notebooks and rented machines: Colab, Kaggle, RunPod, Vast.ai, ..."),
+    ("sixty-ninth", "an ordinary sample of audio, music and voice training: RVC, so-vits-svc, coqui TTS, VITS, ..."),
 )
 
 
