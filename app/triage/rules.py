@@ -398,6 +398,7 @@ _rule("shm-oom", "oom", 85, ("shared memory", "exited unexpectedly", "is killed 
       r"|enough GPU RAM to fit|modules are dispatched on the CPU or the disk", confidence=0.85)
 _rule("bnb-oom", "oom", 96, ("cudamalloc", "cublas_status_alloc_failed", "alloc_failed", "memory object allocation failure", "mem_object_allocation_failure"),
       r"cudaMalloc(?:Async)? (?:failed|retries)|CUBLAS_STATUS_ALLOC_FAILED|CUDNN_STATUS_ALLOC_FAILED"
+      r"|CUFFT_ALLOC_FAILED|CUSOLVER_STATUS_ALLOC_FAILED|CUSPARSE_STATUS_ALLOC_FAILED"
       r"|Memory Object Allocation Failure|CL_MEM_OBJECT_ALLOCATION_FAILURE")  # OpenCL (LightGBM's GPU trainer, ...)
 _rule("oom-recovered", "oom", 70, ("attempting to recover", "skipping batch"),
       r"(?:ran out of memory|OOM).{0,80}(?:attempting to recover|skipping batch)", soft=True,
@@ -531,13 +532,17 @@ _rule("bnb-nogpu-warn", "cuda_fault", 40, ("compiled without gpu support", "sett
 # Intel XPU (IPEX, torch.xpu): the Unified Runtime under SYCL failed a device call.
 _rule("xpu-runtime", "cuda_fault", 85, ("ur error", "ur_result_error"),
       r"RuntimeError: UR error\b|\bUR_RESULT_ERROR_[A-Z_]+", confidence=0.9)
-_rule("cublas-fault", "cuda_fault", 85, ("cublas_status", "cudnn_status", "cuda error", "cudaerror", "cuda_error", "deferredcudacallerror", "find an engine", "cudnn algorithm"),
+_rule("cublas-fault", "cuda_fault", 85, ("cublas_status", "cudnn_status", "cuda error", "cudaerror", "cuda_error", "deferredcudacallerror", "find an engine", "cudnn algorithm",
+                                         "cufft_", "cusolver_status", "curand_status", "cusparse_status"),
       r"CUBLAS_STATUS_(?:EXECUTION_FAILED|INTERNAL_ERROR|NOT_INITIALIZED|ARCH_MISMATCH|NOT_SUPPORTED)"
       r"|CUDNN_STATUS_(?:EXECUTION_FAILED|INTERNAL_ERROR|NOT_INITIALIZED|ARCH_MISMATCH|MAPPING_ERROR|NOT_SUPPORTED)"
       r"|unable to find an engine to execute this computation|Unable to find a valid cuDNN algorithm"
       r"|CUDA error: (?:unknown error|operation not permitted|an? \w+ error|initialization error"
       r"|operation not supported|uncorrectable|invalid argument|system not yet initialized)"
-      r"|DeferredCudaCallError|cudaErrorUnknown|CUDA_ERROR_UNKNOWN|CUDA_ERROR_LAUNCH_FAILED",
+      r"|DeferredCudaCallError|cudaErrorUnknown|CUDA_ERROR_UNKNOWN|CUDA_ERROR_LAUNCH_FAILED"
+      # the other CUDA libraries' internal failures (a runtime that does not match the driver, most often)
+      r"|CUFFT_(?:INTERNAL_ERROR|EXEC_FAILED|SETUP_FAILED)|CUSOLVER_STATUS_(?:INTERNAL_ERROR|EXECUTION_FAILED|NOT_INITIALIZED)"
+      r"|CURAND_STATUS_(?:INTERNAL_ERROR|INITIALIZATION_FAILED|LAUNCH_FAILURE)|CUSPARSE_STATUS_(?:INTERNAL_ERROR|EXECUTION_FAILED)",
       confidence=0.9)
 _rule("nccl-error", "cuda_fault", 84, ("nccl error", "ncclsystem", "ncclinternal", "ncclunhandled", "ncclinvalid", "ncclremote",
                                        "nccl warn", "distbackenderror", "communicator was aborted", "unhandled system error",
@@ -945,14 +950,17 @@ _rule("run-bar-full", "completed", 50, ("training progress:", "training:"),
 _rule(_EXIT_SUMMARY_RULE, "completed", 50, ("real ", "real\t"), r"^real[ \t]+\d+m\d+(?:[.,]\d+)?s[ \t]*$",
       confidence=0.75)
 _rule(_SUMMARY_RULE, "completed", 50, ("total training time", "training time ", "best validation loss",
-                                       "best model at step", "overall test ", " best validation "),
+                                       "best model at step", "overall test ", " best validation ", "best valid :",
+                                       "best valid:"),
       r"(?<!estimated )(?<!remaining )\bTotal training time\b"
       r"|^Training time \d+:\d\d:\d\d\b"  # DETR's main() and the repos built on it (DeiT, MAE, ...), after the loop
       r"|^Best Validation Loss \S+ on Epoch \d+"  # DiffDock's train.py (and its forks), after the epoch loop
       # DeepXDE's Model.train() as it returns, also after a run whose losses went NaN
       r"|^Best model at step \d+:"
       # chemprop's run_training / cross_validate, after the epoch loop and over the folds
-      r"|^Model \d+ best validation \S+ = \S+ on epoch \d+|^Overall test \S+ = [-\d.e]+ \+/- [-\d.e]+",
+      r"|^Model \d+ best validation \S+ = \S+ on epoch \d+|^Overall test \S+ = [-\d.e]+ \+/- [-\d.e]+"
+      # RecBole's run_recbole, once fit() and evaluate() returned ("best valid : OrderedDict([...])")
+      r"|\bbest valid ?: ?(?:OrderedDict\(|\{)",
       confidence=0.85)
 _rule("sem-completed", "completed", 50,
       ("done", "finish", "complete", "succeed", "success", "reached max", "exported", "stored", "written", "exit code 0"),

@@ -648,3 +648,20 @@ def test_nccl_error_trails_store_timeouts_and_blown_up_gradient_norms() -> None:
     assert _said("".join(row.format(g=g) for g in (3.8e12, 5.7e12, 8.5e12, 1.3e13))) == "diverged"
     assert _said("".join(row.format(g=g) for g in (3.1, 2.8, 3.0, 2.9, 3.3, 5e4))) == "progressing"
     assert _said("".join(row.format(g=g) for g in (310.0, 280.0, 300.0, 2900.0, 3300.0, 5000.0))) == "progressing"
+
+
+def test_the_other_cuda_libraries_failures_and_recboles_closing_results() -> None:
+    """The third round's fixes: cuFFT/cuSOLVER/cuRAND/cuSPARSE internal failures are device faults (their
+    allocation failures are oom), and RecBole's closing 'best valid' ends a run unless a failure came before it."""
+    frames = '  File "mel_processing.py", line 104, in mel_spectrogram_torch\n    spec = torch.stft(y, n_fft)\n'
+    assert _said(frames + "RuntimeError: cuFFT error: CUFFT_INTERNAL_ERROR\n") == "cuda_fault"
+    assert _said("RuntimeError: cusolver error: CUSOLVER_STATUS_INTERNAL_ERROR, when calling `cusolverDnCreate(handle)`\n") \
+        == "cuda_fault"
+    assert _said(frames + "RuntimeError: cuFFT error: CUFFT_ALLOC_FAILED\n") == "oom"
+    end = ("26 May 19:28    INFO  best valid : OrderedDict([('recall@10', 0.746), ('ndcg@10', 0.4888)])\n"
+           "26 May 19:28    INFO  test result: OrderedDict([('recall@10', 0.7131), ('ndcg@10', 0.4631)])\n")
+    assert _said(end) == "completed"
+    assert _said("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\n" + end) == "oom"
+    assert _said("26 May 19:20    INFO  epoch 3 evaluating [time: 1.2s, valid_score: 0.41]\n"
+                 "26 May 19:20    INFO  valid result: recall@10 : 0.74    ndcg@10 : 0.48\n"
+                 "26 May 19:21    INFO  epoch 4 training [time: 30.1s, train loss: 5108.2]\n") != "completed"
