@@ -1250,19 +1250,20 @@ def _grad_norm_exploding(text: str, window: str) -> tuple[str, str] | None:
     least value in the window (sustained, not one spike). `window` as in `_exploding`."""
     if "grad" not in window:
         return None
-    matches = [m for m in _GRAD_NORM_VALUE.finditer(window) if m.group(1)[:1].isdigit()][-50:]
-    values: list[float] = []
-    for m in matches:
-        try:
-            values.append(float(m.group(1)))
-        except ValueError:  # "1.2.3"
-            return None
+    read: list[tuple[float, int]] = []  # (value, where)
+    for m in _GRAD_NORM_VALUE.finditer(window):
+        if m.group(1)[:1].isdigit():  # (nan and inf are the nan-grad-norm rule's)
+            try:
+                read.append((float(m.group(1)), m.start()))
+            except ValueError:  # "1.2.3"
+                continue
+    values = [v for v, _ in read[-50:]]
     if len(values) < 3:
         return None
     high = max(_GRAD_NORM_HIGH, 100 * max(min(values), 1e-3))
     if values[-1] < _GRAD_NORM_BLOWN and not all(v >= high for v in values[-3:]):
         return None
-    return "grad-norm-exploding", _line_at(text, len(text) - len(window) + matches[-1].start())
+    return "grad-norm-exploding", _line_at(text, len(text) - len(window) + read[-1][1])
 
 
 # "Epoch 10/10" (Keras, most hand-written loops), "Train epoch [1/1]", "epoch: 3/3": the counter
