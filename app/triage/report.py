@@ -167,6 +167,7 @@ _BATCH_AIMS: tuple[tuple[str, str], ...] = (
     ("sixty-seventh", "an ordinary sample of graph, recommender and tabular deep learning: PyG, RecBole, TabNet, ..."),
     ("sixty-eighth", "an ordinary sample of hosted notebooks and rented machines: Colab, Kaggle, RunPod, Vast.ai, ..."),
     ("sixty-ninth", "an ordinary sample of audio, music and voice training: RVC, so-vits-svc, coqui TTS, VITS, ..."),
+    ("seventieth", "a fourth round of six collectors cut short by the search budget: 3 rows kept, all 3D/video training"),
 )
 
 
