@@ -1568,14 +1568,16 @@ _RULES_WITH_NEEDLE: dict[str, tuple[int, ...]] = {
 # with digits behind it, each to be checked in the line.
 # (A needle whose digits are all "0" is its own skeleton, but "1 valid" has that skeleton too: any
 # digit puts a needle among those checked in the line.)
+_NEEDLES_OF_SKELETON: dict[bytes, list[str]] = {}
+for _n in _ALL_NEEDLES:
+    _NEEDLES_OF_SKELETON.setdefault(_skeleton_of(_n), []).append(_n)
+del _n
 _SK_EXACT: dict[bytes, frozenset[int]] = {
-    s: frozenset(i for n in _ALL_NEEDLES if n.encode("ascii") == s and not any(c.isdigit() for c in n)
-                 for i in _RULES_WITH_NEEDLE[n])
+    s: frozenset(i for n in _NEEDLES_OF_SKELETON[s] if not any(c.isdigit() for c in n) for i in _RULES_WITH_NEEDLE[n])
     for s in _SK_NEEDLES
 }
 _SK_DIGITS: dict[bytes, tuple[tuple[bytes, tuple[int, ...]], ...]] = {
-    s: tuple((n.encode("ascii"), _RULES_WITH_NEEDLE[n]) for n in _ALL_NEEDLES
-             if any(c.isdigit() for c in n) and _skeleton_of(n) == s)
+    s: tuple((n.encode("ascii"), _RULES_WITH_NEEDLE[n]) for n in _NEEDLES_OF_SKELETON[s] if any(c.isdigit() for c in n))
     for s in _SK_NEEDLES
 }
 
