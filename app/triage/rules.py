@@ -255,13 +255,10 @@ _ZERO_WIDTH_START = re.compile(r"\^|\\b|\(\?<?[=!](?:[^()\\]|\\.)*\)")  # ^, \b,
 _LITERAL_ESCAPE = re.compile(r"\\[^A-Za-z0-9]")
 
 
-def _leading_literal(alt: str) -> str:
-    """A literal that every match of `alt` holds: the plain characters it starts with, after any
-    zero-width assertions ("" when it starts otherwise). A character made optional by the
+def _leading_literal(alt: str, i: int) -> str:
+    """A literal that every match of `alt` holds: the plain characters it starts with from `i` (past
+    its zero-width assertions), "" when it starts otherwise. A character made optional by the
     quantifier after it is left out."""
-    i = 0
-    while (z := _ZERO_WIDTH_START.match(alt, i)) is not None:
-        i = z.end()
     out: list[str] = []
     while i < len(alt):
         esc = _LITERAL_ESCAPE.match(alt, i)
@@ -298,7 +295,7 @@ def _leading_literals(alt: str) -> tuple[str, ...] | None:
                 return None
             found += lits
         return tuple(dict.fromkeys(found))
-    literal = _leading_literal(alt[i:])
+    literal = _leading_literal(alt, i)
     return (literal,) if len(literal) >= 2 else None
 
 
