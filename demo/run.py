@@ -368,6 +368,17 @@ def triage_real_logs() -> None:
     right = sum(1 for r in rows if got[r["id"]]["state"] == r["state"])
     console.print(f"all {len(rows)} real test excerpts ({len(REAL_BATCHES)} batches), just now: chain right on "
                   f"[bold]{right}[/] ({right / len(rows):.3f}); per state and per batch: `python bench/triage_real.py`")
+    # The rules stage's speed on the same excerpts, measured here (one pass, process CPU time, the
+    # line memories emptied first): a reading of this machine, not a test; `bench/triage.py` has 8-32 KB.
+    from app.triage import rules
+
+    rules._forget()
+    t0 = time.process_time()
+    for r in rows:
+        rules.classify(r["log"], idle_seconds=r["idle_seconds"])
+    rate = len(rows) / max(time.process_time() - t0, 1e-9)
+    console.print(f"rules stage on those {len(rows)} excerpts, just now: [bold]{rate:,.0f} tails/s[/] on one core "
+                  f"(target 5,000; 8-32 KB tails: `taskset -c 0 python bench/triage.py`)")
     # One train.log as a file: a rank's OOM under ~18 KB of the launcher's SIGTERM noise, a stray
     # non-UTF-8 byte in it. The CLI (and the supervisor's probe) read its last 32 KB as bytes.
     noise = "".join(f"[rank{r}]:W1201 12:00:0{r % 10} torch/distributed/elastic/multiprocessing/api.py:897] "
