@@ -168,6 +168,12 @@ _BATCH_AIMS: tuple[tuple[str, str], ...] = (
     ("sixty-eighth", "an ordinary sample of hosted notebooks and rented machines: Colab, Kaggle, RunPod, Vast.ai, ..."),
     ("sixty-ninth", "an ordinary sample of audio, music and voice training: RVC, so-vits-svc, coqui TTS, VITS, ..."),
     ("seventieth", "a fourth round of six collectors cut short by the search budget: 3 rows kept, all 3D/video training"),
+    ("seventy-first", "an ordinary sample of threads opened in 2024"),
+    ("seventy-second", "an ordinary sample of threads opened in 2025-26"),
+    ("seventy-third", "an ordinary sample of the HF training libraries' own repositories: transformers, peft, trl, ..."),
+    ("seventy-fourth", "an ordinary sample of LLM fine-tuning frameworks: LLaMA-Factory, axolotl, unsloth, torchtune, ..."),
+    ("seventy-fifth", "an ordinary sample of Lightning, Keras 3, fastai, Paddle, JAX/Flax and MXNet training"),
+    ("seventy-sixth", "an ordinary sample of computer vision: timm, GANs, super-resolution, pose, OpenMMLab, ..."),
 )
 
 
