@@ -407,8 +407,9 @@ _rule("sigkill", "oom", 60, ("sigkill", "exitcode", "exit code", "return code", 
       r"|\berror code -9\b"  # NVIDIA DIGITS, for the Caffe/Torch process it ran
       r"|killed by signal: Killed"
       r"|exit status (?:-9|137)\b|exit code 137\b|^(?:\S*: line \d+: +\d+ )?Killed\b"
-      # The shell's "Killed" lands at the cursor: after a progress bar that ended without a newline.
-      r"|(?<=\])Killed[ \t]*$",
+      # The shell's "Killed" lands at the cursor: after a progress bar that ended without a newline,
+      # bare or as a script's job report ("<script>: line 6:  3305 Killed   <command>").
+      r"|(?<=\])Killed[ \t]*$|: line \d+: +\d+ Killed\b",
       confidence=0.8)
 
 # --- diverged: NaN/inf loss or grad norm, loss-scale underflow, exploding loss ---------------
@@ -553,6 +554,11 @@ _rule("nccl-error", "cuda_fault", 84, ("nccl error", "ncclsystem", "ncclinternal
 # a refused connection between NCCL's peers is an NCCL failure (the host or its fabric), not a download.
 _rule("nccl-error-trail", "cuda_fault", 91, (".cc:", "nccl warn connect to", "nccl warn bootstrap"),
       r"NCCL INFO [\w/.+-]+\.cc:\d+ -> [1-9]\d*\b|NCCL WARN (?:Connect to \S+ failed|Bootstrap)", confidence=0.9)
+# NCCL refusing a call it was given (torch's "NCCL error in: <file>:<line>, invalid argument", then
+# the result's name): raised on the rank itself, never by a peer that died, so above the config
+# rule, whose words ("Invalid config ...") NCCL's own "Last error:" detail may use.
+_rule("nccl-invalid-call", "cuda_fault", 91, ("nccl error in:", "ncclinvalid"),
+      r"NCCL error in: \S+, invalid (?:argument|usage)\b|\bnccl(?:InvalidArgument|InvalidUsage)\b", confidence=0.9)
 _rule("nccl-warn", "cuda_fault", 60, "nccl warn", r"NCCL WARN .{0,60}(?:error|fail|could not|cannot|unable)", soft=True,
       confidence=0.7)  # ("Could not find real path of /sys/class/pci_bus/...": its topology probe, at init)
 _rule("sigbus-gpu", "cuda_fault", 50, ("segmentation", "segmentation fault", "sigsegv", "core dumped"),
@@ -640,10 +646,12 @@ _rule("http-error", "io_error", 88, ("gated repo", "is restricted", "server erro
       r"|Bad Gateway|Gateway Time-?out|Service Unavailable|GatedRepoError|Cannot access gated repo"
       r"|40[13] Client Error|Unauthorized for url|Access to model .{0,60} is restricted",
       soft=True, confidence=0.92)
-_rule("offline-cache", "io_error", 87, ("localentrynotfounderror", "outgoing traffic has been disabled", "consistency check failed", "download", "headertoolarge", "metadataincompletebuffer", "incomplete", "pytorchstreamreader", "invalid load key", "unexpected eof", "while downloading"),
+_rule("offline-cache", "io_error", 87, ("localentrynotfounderror", "outgoing traffic has been disabled", "consistency check failed", "download", "headertoolarge", "metadataincompletebuffer", "incomplete", "pytorchstreamreader", "invalid load key", "unexpected eof", "while downloading",
+                                          "url fetch failure"),
       r"LocalEntryNotFoundError|outgoing traffic has been disabled|Consistency check failed"
       r"|download(?:ing)? (?:failed|error|interrupted|incomplete)|failed (?:to download|downloading)"
       r"|\berror (?:occurred |happened )?while downloading\b"  # huggingface_hub's hf_transfer path, and others
+      r"|\berror downloading\b|\bURL fetch failure on\b"  # Keras' get_file (its message, and its examples' hint)
       r"|HeaderTooLarge|MetadataIncompleteBuffer|incomplete (?:download|file)"
       r"|PytorchStreamReader failed reading zip archive|invalid load key"
       r"|unexpected EOF, expected \d+ more bytes\. The file might be corrupted", confidence=0.9)  # torch.load, a cut file

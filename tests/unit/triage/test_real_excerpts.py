@@ -128,10 +128,6 @@ KNOWN_MISSES = {
                                            "error); only the thread says the file exists",
     "real-b75-rfastai-epoch-101": "fastai's table after a one-epoch fit: the row for an epoch that ended reads the "
                                   "same whether more epochs follow (the epoch count is in the call, not the log)",
-    "real-b75-keras-babi-fetch-2752": "Keras' get_file raises 'URL fetch failure on <url>', which no rule reads",
-    "real-b71-nscl-killed-epoch15-23": "bash's job report 'line 6: 3305 Killed', after a bar without a newline",
-    "real-b74-axolotl-nccl-invalid-blocking-1158": "NCCL's 'Last error' detail says 'Invalid config', which the "
-                                                   "config rule reads",
 }
 
 

@@ -665,3 +665,27 @@ def test_the_other_cuda_libraries_failures_and_recboles_closing_results() -> Non
     assert _said("26 May 19:20    INFO  epoch 3 evaluating [time: 1.2s, valid_score: 0.41]\n"
                  "26 May 19:20    INFO  valid result: recall@10 : 0.74    ndcg@10 : 0.48\n"
                  "26 May 19:21    INFO  epoch 4 training [time: 30.1s, train loss: 5108.2]\n") != "completed"
+
+
+def test_session_eleven_fixes_a_job_report_after_a_bar_and_nccls_refused_call() -> None:
+    """From batches 71-76's dev halves, each in its general form, with the near miss beside it."""
+    bar = "Epoch 15 (validation) acc=1.0:   2%|#4        | 20/1094 [00:41<11:04,  1.62it/s]"
+    # bash's report of a child killed by SIGKILL (the OOM killer), where the bar left the cursor
+    assert _said(bar + "/opt/bin/jac-crun: line 6:  3305 Killed                  $ROOT/bin/jac-run \"$@\"\n") == "oom"
+    assert _said(bar + "\nline 6 of the config: Killed processes are restarted\n" + bar + "\n") == "progressing"
+    # NCCL refusing a call: its "Last error" detail speaks of its own config, not the user's
+    nccl = ("torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/c10d/NCCLUtils.hpp:219, "
+            "invalid argument, NCCL version 2.16.5\nncclInvalidArgument: Invalid value for an argument.\nLast error:\n"
+            "Invalid config blocking attribute value -2147483648\n")
+    assert _said(nccl) == "cuda_fault"
+    assert _said("yaml.scanner.ScannerError: mapping values are not allowed here\n") == "data_error"
+    # Keras' get_file when the download fails, and a script's own words for it
+    assert _said("Traceback (most recent call last):\n  File \"babi_rnn.py\", line 150, in <module>\nException: URL fetch "
+                 "failure on http://example.org/tasks.tar.gz: None -- Forbidden\n") == "io_error"
+    assert _said("Error downloading dataset, please download it manually:\n") == "io_error"
+    assert _said("Traceback (most recent call last):\n  File \"fetch.py\", line 3, in <module>\nValueError: URL is not "
+                 "a valid dataset path: data/tasks.tar.gz\n") != "io_error"
+    # a peer's failure reaching this rank stays below a data error found before it
+    assert _said("ValueError: Invalid config: unknown key 'lora_rank'\ntorch.distributed.DistBackendError: NCCL error in: "
+                 "../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:1275, remote process exited or there was a network "
+                 "error, NCCL version 2.18.1\nncclRemoteError: A call failed possibly due to a network error.\n") == "data_error"
