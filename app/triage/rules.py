@@ -73,7 +73,7 @@ ACTIONS: dict[str, str] = {
     "diverged": "stop the job, tell the operator (same config won't fix it)",
     "cuda_fault": "replace the host, record it against the machine",
     "data_error": "stop the job, tell the operator (a new host won't fix it)",
-    "io_error": "disk: replace host; network: retry on the same host",
+    "io_error": "disk: replace host; access denied: stop the job, tell the operator; network: retry on the same host",
     "stalled": "restart the slice on the same host; replace the host if it repeats",
 }
 
@@ -85,14 +85,24 @@ _SUMMARY_RULE = "run-summary"
 _EXIT_SUMMARY_RULE = "shell-time-summary"
 
 
+_DISK_WORDS = ("no space", "quota", "read-only file system", "input/output error", "errno 5]", "file write failed",
+               "stale file handle", "unexpected pos", "storagefull")
+# Refused, not failed: a retry gets the same answer and so does another host (a gated model, an
+# expired token, a directory the job may not write). Someone has to grant or fix the access.
+_ACCESS_WORDS = ("permission denied", "access denied", "accessdenied", "errno 13]", "unauthorized", "forbidden",
+                 "401 client error", "403 client error", "gated repo", "gatedrepoerror", "is restricted",
+                 "invalid credentials", "invalid token", "invalidaccesskeyid", "signaturedoesnotmatch")
+
+
 def action_for(state: str, evidence: tuple[str, ...] = ()) -> str:
-    """The supervisor's default action for a state (io_error split into disk and network)."""
+    """The supervisor's default action for a state; io_error is split by its evidence into a full or
+    failing disk (another host), access refused (the operator), and the network (retry here)."""
     if state == "io_error":
         text = " ".join(evidence).lower()
-        disk = ("no space", "quota", "read-only file system", "input/output error", "errno 5]",
-                "file write failed", "stale file handle", "unexpected pos", "storagefull")
-        if any(d in text for d in disk):
+        if any(d in text for d in _DISK_WORDS):
             return "replace the host (disk)"
+        if any(a in text for a in _ACCESS_WORDS):
+            return "stop the job, tell the operator (access denied: grant it or fix the credentials)"
         return "retry on the same host (network)"
     return ACTIONS.get(state, "tell the operator")
 

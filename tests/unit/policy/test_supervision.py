@@ -57,6 +57,9 @@ def test_triage_routes() -> None:
     assert route_triage("stalled", "restart the slice on the same host; replace the host if it repeats", exit_code=None, **kw) == "same_host"
     assert route_triage("cuda_fault", "replace the host, record it against the machine", exit_code=1, **kw) == "replace"
     assert route_triage("io_error", "replace the host (disk)", exit_code=5, **kw) == "replace"
+    assert route_triage("io_error", "retry on the same host (network)", exit_code=1, **kw) == "same_host"
+    assert route_triage("io_error", "stop the job, tell the operator (access denied: grant it or fix the credentials)",
+                        exit_code=1, **kw) == "stop"
     assert route_triage("progressing", "continue", exit_code=4, **kw) == "replace"
     assert route_triage("data_error", "stop the job, tell the operator (a new host won't fix it)", exit_code=1, **kw) == "stop"
     assert route_triage("diverged", "stop the job, tell the operator (same config won't fix it)", exit_code=1, **kw) == "stop"

@@ -45,6 +45,14 @@ def test_completed_loses_to_a_fatal_error_printed_after_it() -> None:
     assert classify(log).state == "io_error"
     assert action_for("io_error", ("OSError: [Errno 28] No space left on device",)) == "replace the host (disk)"
     assert action_for("io_error", ("requests.exceptions.ReadTimeout",)) == "retry on the same host (network)"
+    # refused access: neither a retry nor another host can help
+    denied = "stop the job, tell the operator (access denied: grant it or fix the credentials)"
+    assert action_for("io_error", ("PermissionError: [Errno 13] Permission denied: '/out/checkpoint-500'",)) == denied
+    assert action_for("io_error", ("huggingface_hub.errors.GatedRepoError: 403 Client Error.",)) == denied
+    assert action_for("io_error", ("botocore.exceptions.ClientError: An error occurred (AccessDenied)",)) == denied
+    # a full disk decides first, even when a write was also refused on the way
+    assert action_for("io_error", ("OSError: [Errno 28] No space left on device", "Permission denied")) \
+        == "replace the host (disk)"
 
 
 def test_transient_warnings_followed_by_progress_are_progressing() -> None:
