@@ -174,6 +174,12 @@ _BATCH_AIMS: tuple[tuple[str, str], ...] = (
     ("seventy-fourth", "an ordinary sample of LLM fine-tuning frameworks: LLaMA-Factory, axolotl, unsloth, torchtune, ..."),
     ("seventy-fifth", "an ordinary sample of Lightning, Keras 3, fastai, Paddle, JAX/Flax and MXNet training"),
     ("seventy-sixth", "an ordinary sample of computer vision: timm, GANs, super-resolution, pose, OpenMMLab, ..."),
+    ("seventy-seventh", "an ordinary sample of image-generation fine-tuning: kohya, diffusers' examples, OneTrainer, ..."),
+    ("seventy-eighth", "an ordinary sample of one machine with several GPUs: DDP, FSDP, DeepSpeed ZeRO, accelerate"),
+    ("seventy-ninth", "finished and still-healthy runs, posted while asking about something else"),
+    ("eightieth", "an ordinary sample of model-release repositories' training scripts: Llama, Qwen, LLaVA, ..."),
+    ("eighty-first", "an ordinary sample of NLP before LLMs, outside HF: fairseq, AllenNLP, OpenNMT, spaCy, XLNet, ..."),
+    ("eighty-second", "an ordinary sample of threads opened in 2019-21"),
 )
 
 
