@@ -412,6 +412,10 @@ _rule("oom-recovered", "oom", 70, ("attempting to recover", "skipping batch"),
       confidence=0.7)
 _rule("generic-oom", "oom", 80, ("out of memory", "oom"),
       r"\bout of memory\b|\bOOM(?:ed)?\b(?! *[:=]? *0(?![\d.]))", confidence=0.85)  # not a counter: "oom 0", "OOM: 0"
+# TensorFlow's BFC allocator dumps its chunks and this total only when an allocation failed (before
+# its "ran out of memory" line and the ResourceExhaustedError, which a cut excerpt may lack).
+_rule("tf-allocator-dump", "oom", 80, ("sum total of in-use chunks",), r"\bSum Total of in-use chunks: ",
+      confidence=0.85)
 _rule("sigkill", "oom", 60, ("sigkill", "exitcode", "exit code", "return code", "exit status", "killed", "error code -"),
       r"Signals\.SIGKILL|Signal 9 \(SIGKILL\)|exit ?code:? ?-9\b|exitcode\s*:\s*-9\b|return code = -9\b"
       r"|\berror code -9\b"  # NVIDIA DIGITS, for the Caffe/Torch process it ran
@@ -966,7 +970,7 @@ _rule(_EXIT_SUMMARY_RULE, "completed", 50, ("real ", "real\t"), r"^real[ \t]+\d+
       confidence=0.75)
 _rule(_SUMMARY_RULE, "completed", 50, ("total training time", "training time ", "best validation loss",
                                        "best model at step", "overall test ", " best validation ", "best valid :",
-                                       "best valid:"),
+                                       "best valid:", "final:"),
       r"(?<!estimated )(?<!remaining )\bTotal training time\b"
       r"|^Training time \d+:\d\d:\d\d\b"  # DETR's main() and the repos built on it (DeiT, MAE, ...), after the loop
       r"|^Best Validation Loss \S+ on Epoch \d+"  # DiffDock's train.py (and its forks), after the epoch loop
@@ -975,7 +979,9 @@ _rule(_SUMMARY_RULE, "completed", 50, ("total training time", "training time ", 
       # chemprop's run_training / cross_validate, after the epoch loop and over the folds
       r"|^Model \d+ best validation \S+ = \S+ on epoch \d+|^Overall test \S+ = [-\d.e]+ \+/- [-\d.e]+"
       # RecBole's run_recbole, once fit() and evaluate() returned ("best valid : OrderedDict([...])")
-      r"|\bbest valid ?: ?(?:OrderedDict\(|\{)",
+      r"|\bbest valid ?: ?(?:OrderedDict\(|\{)"
+      # a script's closing scores, numbers only (spaCy's train_ud.py: "Final:\t84.881\t81.538\t96.845")
+      r"|^Final:(?:[ \t]+\d+(?:\.\d+)?%?)+[ \t]*$",
       confidence=0.85)
 _rule("sem-completed", "completed", 50,
       ("done", "finish", "complete", "succeed", "success", "reached max", "exported", "stored", "written", "exit code 0"),

@@ -128,8 +128,6 @@ KNOWN_MISSES = {
                                            "error); only the thread says the file exists",
     "real-b79-demucs-export-594": "demucs' 'Valid Summary | Epoch 10' and a new best: every epoch ends so; that 10 "
                                   "is the last is in the config",
-    "real-b81-spacy-train-ud-final-579": "spaCy's train_ud.py closing 'Final:' scores line, which no rule reads",
-    "real-b81-xlnet-oom-268": "TensorFlow's BFC allocator dump, cut before its 'ran out of memory' line",
     "real-b75-rfastai-epoch-101": "fastai's table after a one-epoch fit: the row for an epoch that ended reads the "
                                   "same whether more epochs follow (the epoch count is in the call, not the log)",
 }

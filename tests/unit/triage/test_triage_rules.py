@@ -697,3 +697,19 @@ def test_session_eleven_fixes_a_job_report_after_a_bar_and_nccls_refused_call() 
     assert _said("ValueError: Invalid config: unknown key 'lora_rank'\ntorch.distributed.DistBackendError: NCCL error in: "
                  "../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:1275, remote process exited or there was a network "
                  "error, NCCL version 2.18.1\nncclRemoteError: A call failed possibly due to a network error.\n") == "data_error"
+
+
+def test_a_closing_final_scores_line_and_tensorflows_allocator_dump() -> None:
+    """From batches 77-82's dev halves: a script's closing scores line ends a run (numbers only, and
+    only with no failure before it), and TensorFlow's allocator dump is an out-of-memory."""
+    iters = "Iter   UAS        POS\n0:\t64.251\t90.546\n14:\t80.390\t95.933\n\n                UAS         LAS         POS\n"
+    assert _said(iters + "Final:\t84.881\t81.538\t96.845\n") == "completed"
+    assert _said(iters + "Final: loss nan\n") != "completed"
+    assert _said("RuntimeError: CUDA error: an illegal memory access was encountered\n" + iters
+                 + "Final:\t84.881\t81.538\t96.845\n") == "cuda_fault"
+    dump = ("2020-06-15 13:25:26.120856: I tensorflow/core/common_runtime/bfc_allocator.cc:917] 1 Chunks of size "
+            "221800704 totalling 211.53MiB\n2020-06-15 13:25:26.120889: I tensorflow/core/common_runtime/"
+            "bfc_allocator.cc:921] Sum Total of in-use chunks: 10.05GiB\n")
+    assert _said(dump) == "oom"
+    assert _said("2020-06-15 13:25:20.1: I tensorflow/core/common_runtime/gpu/gpu_device.cc:1351] Created TensorFlow "
+                 "device (/job:localhost/replica:0/task:0/device:GPU:0 with 10000 MB memory)\n") != "oom"
