@@ -11,6 +11,8 @@ as text and as the bytes `read_tail_bytes` hands over (`..._bytes`: no decode an
 whole tail; the CLI's path since session 5). Process CPU time, so
 other load on the machine counts less against it (the load average is printed). Run it pinned to
 one core (`taskset -c 0`) on a quiet machine; the best of a few passes is reported.
+`machine_python_loop_ns` says how fast the machine runs plain Python: compare rates between machines
+only next to it (the sandboxes this was built on gave the same code rates about 2x apart).
 
 The rules remember line skeletons and per-line rule results across calls (bounded). Each timed
 pass starts with empty memories, so it pays for learning the corpus's line shapes once
@@ -82,9 +84,24 @@ def _rate(texts: list[str], idles: list[float | None], repeats: int, *, mode: st
     return best
 
 
+def machine_loop_ns(n: int = 2_000_000, repeats: int = 3) -> float:
+    """The machine's speed for plain Python: CPU ns per iteration of `for i in range(n): s += i`
+    (best of `repeats`). Rates from two machines compare only next to this: the rules' rates have
+    differed about 2x between the sandboxes of two sessions on the same code."""
+    best = float("inf")
+    for _ in range(repeats):
+        s = 0
+        t0 = time.process_time()
+        for i in range(n):
+            s += i
+        best = min(best, time.process_time() - t0)
+    return round(best / n * 1e9, 1)
+
+
 def bench_rules(rows: list[dict], *, repeats: int = 3, reference: bool = False) -> dict:
     idles = [r["idle_seconds"] for r in rows]
     out: dict = {"tails": len(rows), "load_average_1m": round(os.getloadavg()[0], 2),
+                 "machine_python_loop_ns": machine_loop_ns(),
                  "mean_tail_kb": round(sum(len(r["log"]) for r in rows) / len(rows) / 1024, 2)}
     sample = rows[:: max(1, len(rows) // 800)]
     cases = [("", [r["log"] for r in rows], idles)]
