@@ -180,6 +180,10 @@ _BATCH_AIMS: tuple[tuple[str, str], ...] = (
     ("eightieth", "an ordinary sample of model-release repositories' training scripts: Llama, Qwen, LLaVA, ..."),
     ("eighty-first", "an ordinary sample of NLP before LLMs, outside HF: fairseq, AllenNLP, OpenNMT, spaCy, XLNet, ..."),
     ("eighty-second", "an ordinary sample of threads opened in 2019-21"),
+    ("eighty-third", "an ordinary sample of threads opened in 2023 (a third round, near the end of the search budget)"),
+    ("eighty-fourth", "an ordinary sample of time-series and tabular deep learning: GluonTS, darts, TabNet, ..."),
+    ("eighty-fifth", "an ordinary sample of LLM pretraining at scale: Megatron-LM, NeMo, GPT-NeoX, torchtitan, ..."),
+    ("eighty-sixth", "an ordinary sample of OCR, document and handwriting models: PaddleOCR, MMOCR, EasyOCR, ..."),
 )
 
 
