@@ -461,9 +461,11 @@ _rule("loss-is-nan", "diverged", 95, ("nan", "non-finite", "not finite", "infini
       # TensorFlow's CheckNumerics (clip_by_global_norm's, or tf.debugging.check_numerics on a loss)
       r"|Found Inf or NaN global norm|Tensor had (?:NaN|Inf) values")
 _rule("min-loss-scale", "diverged", 96, ("decrease scale", "minimum loss scale", "already at minimum", "underflow", "reached minimum", "scale is too small",
-                                         "reached the minimum", "fell below", "too small"),
+                                         "reached the minimum", "fell below", "too small", "in a row due to overflow"),
       r"Minimum loss scale reached|loss scale already at minimum|cannot decrease scale anymore|grad_scale is too small"
-      r"|loss[ _]scale (?:has )?(?:underflow|reached (?:the )?minimum|fell below|too small)")
+      r"|loss[ _]scale (?:has )?(?:underflow|reached (?:the )?minimum|fell below|too small)"
+      # GPT-NeoX's overflow monitor, giving up after so many fp16 overflow skips in a row
+      r"|Skipped \d+ iterations in a row due to Overflow")
 _rule("scale-underflow", "diverged", 90, ("reducing loss scale to", "reducing to", "setting loss scale to",
                                           "decreased lg_loss_scale to"),
       r"(?:reducing loss scale to|setting loss scale to:?) (?P<scale>[0-9.eE+-]+)"
@@ -964,9 +966,11 @@ _rule("completed", "completed", 50,
 # The whole run's bar (not an epoch's) at N/N: gaussian-splatting's "Training progress", ...
 _rule("run-bar-full", "completed", 50, ("training progress:", "training:"),
       r"^Training(?: progress)?:\s*100%\|[^|\n]*\|\s*(\d+)/\1\b", confidence=0.85)
-# The shell's `time` report ("real\t0m46.551s"): the process has exited. It is completion only with
-# no failure at all before it (`_decide`), since a crash gets the same report.
-_rule(_EXIT_SUMMARY_RULE, "completed", 50, ("real ", "real\t"), r"^real[ \t]+\d+m\d+(?:[.,]\d+)?s[ \t]*$",
+# The shell's `time` report ("real\t0m46.551s"), or IPython's `%%time` ("Wall time: 55.2 s"): the
+# process or the notebook cell has ended. It is completion only with no failure at all before it
+# (`_decide`), since a crash gets the same report.
+_rule(_EXIT_SUMMARY_RULE, "completed", 50, ("real ", "real\t", "wall time: "),
+      r"^real[ \t]+\d+m\d+(?:[.,]\d+)?s[ \t]*$|^Wall time: \d+(?:\.\d+)?(?:min \d+)? ?(?:s|ms|µs|us|ns|min)[ \t]*$",
       confidence=0.75)
 _rule(_SUMMARY_RULE, "completed", 50, ("total training time", "training time ", "best validation loss",
                                        "best model at step", "overall test ", " best validation ", "best valid :",

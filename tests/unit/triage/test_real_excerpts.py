@@ -128,10 +128,6 @@ KNOWN_MISSES = {
                                            "error); only the thread says the file exists",
     "real-b79-demucs-export-594": "demucs' 'Valid Summary | Epoch 10' and a new best: every epoch ends so; that 10 "
                                   "is the last is in the config",
-    "real-b84-tabnet-gbmperf-52": "IPython's %%time report ('CPU times: ... Wall time: 55.2 s') after the fit, which "
-                                  "no rule reads",
-    "real-b85-neox-overflow-exit-482": "GPT-NeoX's overflow monitor giving up ('Skipped 50 iterations in a row due to "
-                                       "Overflow'), which no rule reads",
     "real-b86-paddleocr-crnn-nan-10042": "'loss: nanxxx' as posted: a NaN with letters after it, which the NaN rules "
                                          "do not take for a NaN (a word must end there)",
     "real-b75-rfastai-epoch-101": "fastai's table after a one-epoch fit: the row for an epoch that ended reads the "

@@ -713,3 +713,18 @@ def test_a_closing_final_scores_line_and_tensorflows_allocator_dump() -> None:
     assert _said(dump) == "oom"
     assert _said("2020-06-15 13:25:20.1: I tensorflow/core/common_runtime/gpu/gpu_device.cc:1351] Created TensorFlow "
                  "device (/job:localhost/replica:0/task:0/device:GPU:0 with 10000 MB memory)\n") != "oom"
+
+
+def test_ipythons_time_report_ends_a_cell_and_neoxs_overflow_monitor_gives_up() -> None:
+    """From batches 83-86's dev halves: IPython's `%%time` report after a fit is the cell's end (only
+    with no failure before it), and GPT-NeoX giving up on repeated fp16 overflows is divergence."""
+    fit = "".join(f"epoch {i}  | loss: 0.4{i} |  0:00:0{i}s\n" for i in range(5))
+    timed = "CPU times: user 3min 22s, sys: 344 ms, total: 3min 23s\nWall time: 55.2 s\n"
+    assert _said(fit + timed) == "completed"
+    assert _said(fit + "CPU times: user 1.2 s, sys: 0 ns, total: 1.2 s\nWall time: 1min 4s\n") == "completed"
+    assert _said(fit + "RuntimeError: CUDA error: device-side assert triggered\n" + timed) != "completed"
+    assert _said(fit + "Wall time per step: 55.2 s\n") != "completed"
+    neox = ("  File \"~/gpt-neox/megatron/utils.py\", line 353, in check\n    raise Exception(\n"
+            "Exception: Skipped 50 iterations in a row due to Overflow - Exiting training.\n")
+    assert _said(neox) == "diverged"
+    assert _said(fit + "Skipped 2 iterations due to data loading\n") != "diverged"
