@@ -1086,9 +1086,29 @@ def _trie_pattern(words: tuple[str, ...]) -> str:
 _TRIE_NEEDLES = tuple(n for n in _ALL_NEEDLES if n[0].isalpha())
 _FIND_NEEDLES = tuple(n for n in _ALL_NEEDLES if not n[0].isalpha())
 _NEEDLE_SCAN = re.compile(_trie_pattern(_TRIE_NEEDLES))
+# The tables below are built at import from prefixes looked up in sets and dicts: O(total needle
+# length squared), not O(needles squared) (comparing every needle with every other took most of a
+# second of every start-up, `tuneharness triage FILE` included).
+_NEEDLE_ORDER: dict[str, int] = {n: i for i, n in enumerate(_ALL_NEEDLES)}
+_RULES_OF_NEEDLE: dict[str, list[int]] = {}
+for _i, _r in enumerate(_RULES):
+    for _n in dict.fromkeys(_r.needles):
+        _RULES_OF_NEEDLE.setdefault(_n, []).append(_i)
+# A proper prefix of some needle -> the needles it begins, in needle order.
+_LONGER_WITH_PREFIX: dict[str, list[str]] = {}
+for _n in _ALL_NEEDLES:
+    for _j in range(1, len(_n)):
+        _LONGER_WITH_PREFIX.setdefault(_n[:_j], []).append(_n)
+del _i, _r, _n, _j
+
+
+def _needles_starting(text: str) -> list[str]:
+    """The needles `text` begins with (itself included), in needle order."""
+    return sorted((text[:j] for j in range(1, len(text) + 1) if text[:j] in _NEEDLE_ORDER), key=_NEEDLE_ORDER.__getitem__)
+
+
 _RULES_FOR_MATCH: dict[str, tuple[int, ...]] = {
-    longest: tuple(i for i, r in enumerate(_RULES) if any(longest.startswith(n) for n in r.needles))
-    for longest in _ALL_NEEDLES
+    longest: tuple(sorted({i for n in _needles_starting(longest) for i in _RULES_OF_NEEDLE[n]})) for longest in _ALL_NEEDLES
 }
 
 
@@ -1099,11 +1119,8 @@ def _inside(needle: str) -> tuple[tuple[str, ...], tuple[tuple[int, str], ...]]:
     straddling: list[tuple[int, str]] = []
     for k in range(1, len(needle)):
         rest = needle[k:]
-        for other in _ALL_NEEDLES:
-            if rest.startswith(other):
-                within.append(other)
-            elif other.startswith(rest):
-                straddling.append((k, other))
+        within += _needles_starting(rest)
+        straddling += [(k, other) for other in _LONGER_WITH_PREFIX.get(rest, ())]
     return tuple(dict.fromkeys(within)), tuple(straddling)
 
 
@@ -1580,15 +1597,19 @@ _SK_SCAN = re.compile(_trie_pattern(tuple(n.decode("ascii") for n in _SK_TRIE)).
 # A greedy scan match `f` means: every needle inside f is present; a needle that starts inside f
 # and runs past its end is the longest needle an anchored scan finds at that offset, or a prefix
 # of it. (The scan resumes at f's end and finds the needles that start there or later.)
-_SK_WITHIN: dict[bytes, frozenset[bytes]] = {f: frozenset(n for n in _SK_NEEDLES if n in f) for f in _SK_TRIE}
-_SK_PREFIXES: dict[bytes, frozenset[bytes]] = {f: frozenset(n for n in _SK_NEEDLES if f.startswith(n)) for f in _SK_TRIE}
-_SK_STRADDLE: dict[bytes, tuple[int, ...]] = {
-    f: tuple(k for k in range(1, len(f)) if any(n.startswith(f[k:]) and len(n) > len(f) - k for n in _SK_TRIE))
+_SK_NEEDLE_SET = frozenset(_SK_NEEDLES)
+_SK_WITHIN: dict[bytes, frozenset[bytes]] = {
+    f: frozenset(f[a:b] for a in range(len(f)) for b in range(a + 1, len(f) + 1) if f[a:b] in _SK_NEEDLE_SET)
     for f in _SK_TRIE
 }
-_RULES_WITH_NEEDLE: dict[str, tuple[int, ...]] = {
-    n: tuple(i for i, r in enumerate(_RULES) if n in r.needles) for n in _ALL_NEEDLES
+_SK_PREFIXES: dict[bytes, frozenset[bytes]] = {
+    f: frozenset(f[:j] for j in range(1, len(f) + 1) if f[:j] in _SK_NEEDLE_SET) for f in _SK_TRIE
 }
+_SK_PROPER_PREFIXES = frozenset(n[:j] for n in _SK_TRIE for j in range(1, len(n)))  # of trie needles
+_SK_STRADDLE: dict[bytes, tuple[int, ...]] = {
+    f: tuple(k for k in range(1, len(f)) if f[k:] in _SK_PROPER_PREFIXES) for f in _SK_TRIE
+}
+_RULES_WITH_NEEDLE: dict[str, tuple[int, ...]] = {n: tuple(_RULES_OF_NEEDLE[n]) for n in _ALL_NEEDLES}
 # Per skeleton needle: the rules it decides by itself (needles without digits), and the needles
 # with digits behind it, each to be checked in the line.
 # (A needle whose digits are all "0" is its own skeleton, but "1 valid" has that skeleton too: any
