@@ -966,11 +966,14 @@ _rule("completed", "completed", 50,
 # The whole run's bar (not an epoch's) at N/N: gaussian-splatting's "Training progress", ...
 _rule("run-bar-full", "completed", 50, ("training progress:", "training:"),
       r"^Training(?: progress)?:\s*100%\|[^|\n]*\|\s*(\d+)/\1\b", confidence=0.85)
-# The shell's `time` report ("real\t0m46.551s"), or IPython's `%%time` ("Wall time: 55.2 s"): the
-# process or the notebook cell has ended. It is completion only with no failure at all before it
-# (`_decide`), since a crash gets the same report.
-_rule(_EXIT_SUMMARY_RULE, "completed", 50, ("real ", "real\t", "wall time: "),
-      r"^real[ \t]+\d+m\d+(?:[.,]\d+)?s[ \t]*$|^Wall time: \d+(?:\.\d+)?(?:min \d+)? ?(?:s|ms|µs|us|ns|min)[ \t]*$",
+# The shell's `time` report ("real\t0m46.551s"), IPython's `%%time` ("Wall time: 55.2 s"), or Ray
+# Tune's as its tuning loop returns ("Total run time: 41.77 seconds (41.75 seconds for the tuning
+# loop)."): the process, the notebook cell or the sweep has ended. It is completion only with no
+# failure at all before it (`_decide`), since a crash gets the same report (Tune logs "Trials did not
+# complete" just before it, when it does not raise).
+_rule(_EXIT_SUMMARY_RULE, "completed", 50, ("real ", "real\t", "wall time: ", "for the tuning loop"),
+      r"^real[ \t]+\d+m\d+(?:[.,]\d+)?s[ \t]*$|^Wall time: \d+(?:\.\d+)?(?:min \d+)? ?(?:s|ms|µs|us|ns|min)[ \t]*$"
+      r"|\bTotal run time: [\d.]+ seconds \([\d.]+ seconds for the tuning loop\)",
       confidence=0.75)
 _rule(_SUMMARY_RULE, "completed", 50, ("total training time", "training time ", "best validation loss",
                                        "best model at step", "overall test ", " best validation ", "best valid :",

@@ -728,3 +728,14 @@ def test_ipythons_time_report_ends_a_cell_and_neoxs_overflow_monitor_gives_up() 
             "Exception: Skipped 50 iterations in a row due to Overflow - Exiting training.\n")
     assert _said(neox) == "diverged"
     assert _said(fit + "Skipped 2 iterations due to data loading\n") != "diverged"
+
+
+def test_ray_tunes_closing_run_time_ends_a_sweep_only_when_no_trial_failed() -> None:
+    """Written from Ray Tune's source: `Total run time: ... (... seconds for the tuning loop).` is logged
+    as the tuning loop returns, after "Trials did not complete" when trials failed and it does not raise."""
+    table = "| train_fn_16400_00004 | TERMINATED | 10.0.0.2:21449 |  8 |  0.00265 |\n"
+    end = "2022-04-30 16:56:45,749\tINFO tune.py:702 -- Total run time: 60.09 seconds (59.96 seconds for the tuning loop).\n"
+    assert _said(table + end) == "completed"
+    failed = ("2022-04-30 16:56:45,700\tERROR tune.py:941 -- Trials did not complete: [train_fn_16400_00004]\n")
+    assert _said(table + failed + end) != "completed"
+    assert _said(table + "Total run time so far: 60.09 seconds\n") != "completed"
