@@ -1093,10 +1093,10 @@ _NEEDLE_SCAN = re.compile(_trie_pattern(_TRIE_NEEDLES))
 # length squared), not O(needles squared) (comparing every needle with every other took most of a
 # second of every start-up, `tuneharness triage FILE` included).
 _NEEDLE_ORDER: dict[str, int] = {n: i for i, n in enumerate(_ALL_NEEDLES)}
-_RULES_OF_NEEDLE: dict[str, list[int]] = {}
+_RULES_WITH_NEEDLE: dict[str, tuple[int, ...]] = {}  # needle -> the rules it belongs to, in rule order
 for _i, _r in enumerate(_RULES):
     for _n in dict.fromkeys(_r.needles):
-        _RULES_OF_NEEDLE.setdefault(_n, []).append(_i)
+        _RULES_WITH_NEEDLE[_n] = (*_RULES_WITH_NEEDLE.get(_n, ()), _i)
 # A proper prefix of some needle -> the needles it begins, in needle order.
 _LONGER_WITH_PREFIX: dict[str, list[str]] = {}
 for _n in _ALL_NEEDLES:
@@ -1111,7 +1111,7 @@ def _needles_starting(text: str) -> list[str]:
 
 
 _RULES_FOR_MATCH: dict[str, tuple[int, ...]] = {
-    longest: tuple(sorted({i for n in _needles_starting(longest) for i in _RULES_OF_NEEDLE[n]})) for longest in _ALL_NEEDLES
+    longest: tuple(sorted({i for n in _needles_starting(longest) for i in _RULES_WITH_NEEDLE[n]})) for longest in _ALL_NEEDLES
 }
 
 
@@ -1612,7 +1612,6 @@ _SK_PROPER_PREFIXES = frozenset(n[:j] for n in _SK_TRIE for j in range(1, len(n)
 _SK_STRADDLE: dict[bytes, tuple[int, ...]] = {
     f: tuple(k for k in range(1, len(f)) if f[k:] in _SK_PROPER_PREFIXES) for f in _SK_TRIE
 }
-_RULES_WITH_NEEDLE: dict[str, tuple[int, ...]] = {n: tuple(_RULES_OF_NEEDLE[n]) for n in _ALL_NEEDLES}
 # Per skeleton needle: the rules it decides by itself (needles without digits), and the needles
 # with digits behind it, each to be checked in the line.
 # (A needle whose digits are all "0" is its own skeleton, but "1 valid" has that skeleton too: any
