@@ -1,7 +1,8 @@
 """The one composition root: real adapters are built here and nowhere else.
 
 The CLI, the worker start-up and the tests call these functions; tests pass fakes instead.
-Nothing is built at import time; engines are cached per URL for the life of the process.
+Nothing is built at import time, and the database layer is imported only when first used (a
+rules-only `tuneharness triage` never needs it); engines are cached per URL for the life of the process.
 """
 
 from __future__ import annotations
@@ -9,18 +10,17 @@ from __future__ import annotations
 import functools
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Engine
-
-from app.budget import Budget
-from app.db import init_db, make_engine
-from app.ledger import Ledger
 from app.settings import Settings, load_settings
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+    from sqlalchemy import Engine
+
     from app.alerts import Notifier, OutboxNotifier
+    from app.budget import Budget
     from app.jobs import JobStore
+    from app.ledger import Ledger
     from app.market import Instance, Market
     from app.policy.provisioning import PreflightResult
     from app.reputation import ReputationStore
@@ -63,6 +63,8 @@ def settings() -> Settings:
 
 @functools.cache
 def _engine_for(url: str) -> Engine:
+    from app.db import init_db, make_engine
+
     eng = make_engine(url)
     init_db(eng)
     return eng
@@ -77,6 +79,8 @@ def engine(s: Settings | None = None) -> Engine:
 
 
 def ledger(s: Settings | None = None) -> Ledger:
+    from app.ledger import Ledger
+
     return Ledger(engine(s))
 
 
@@ -115,6 +119,8 @@ def enqueue_job(job_id: str) -> None:
 
 
 def budget(s: Settings | None = None) -> Budget:
+    from app.budget import Budget
+
     return Budget(engine(s))
 
 

@@ -389,7 +389,7 @@ def triage_real_logs() -> None:
     t0 = time.perf_counter()
     sh("triage", str(log), "--no-specialist", "--no-llm")
     console.print(f"one verdict from the CLI, its start-up included, just now: [bold]{time.perf_counter() - t0:.1f} s[/] "
-                  "(the rules' needle tables are built from prefix lookups: about 0.3 s of it)")
+                  "(the rules load in about 0.3 s of it; with no LLM configured the database layer is never imported)")
     # A checkpoint write refused: retrying on the same host gets the same answer, so the operator is told.
     denied = DEMO / "denied.log"
     denied.write_text("{'loss': 0.91, 'grad_norm': 1.2, 'learning_rate': 2e-05, 'epoch': 0.5}\n"

@@ -242,3 +242,24 @@ def test_cli_file_prints_one_verdict_and_refuses_a_missing_file(tmp_path: Path) 
     assert (res["state"], res["stage"], res["action"]) == ("io_error", "rules", "replace the host (disk)")
     proc = _cli([str(tmp_path / "missing.log")], env)
     assert proc.returncode == 2 and proc.stderr.startswith("error: cannot read")
+
+
+def test_cli_verdict_without_an_llm_never_imports_the_database_layer(tmp_path: Path) -> None:
+    """A rules-only `triage FILE` has no spend to record, so it skips the ~0.4 s of sqlalchemy/sqlmodel
+    imports; with an endpoint configured, the ledger (and so the database layer) is loaded."""
+    log = tmp_path / "train.log"
+    log.write_text("RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB\n")
+    env = {**os.environ, "TUNEHARNESS_HOME": str(tmp_path / "home")}
+    env.pop("TUNEHARNESS_LLM_URL", None)
+
+    def imported(extra_env: dict[str, str]) -> set[str]:
+        proc = subprocess.run([sys.executable, "-X", "importtime", "-m", "app.cli.main", "triage", str(log),
+                               "--no-specialist"], cwd=REPO, env={**env, **extra_env}, capture_output=True,
+                              text=True, timeout=120)
+        assert proc.returncode == 0, proc.stderr
+        assert proc.stdout.startswith("oom")
+        return {line.rsplit("|", 1)[1].strip() for line in proc.stderr.splitlines() if line.startswith("import time:")}
+
+    assert not {"sqlalchemy", "sqlmodel", "app.budget", "app.ledger"} & imported({})
+    assert {"sqlalchemy", "app.ledger"} <= imported({"TUNEHARNESS_LLM_URL": "http://127.0.0.1:9/v1",
+                                                     "TUNEHARNESS_LLM_KEY": "k", "TUNEHARNESS_LLM_MODEL": "m"})
