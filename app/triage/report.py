@@ -184,6 +184,12 @@ _BATCH_AIMS: tuple[tuple[str, str], ...] = (
     ("eighty-fourth", "an ordinary sample of time-series and tabular deep learning: GluonTS, darts, TabNet, ..."),
     ("eighty-fifth", "an ordinary sample of LLM pretraining at scale: Megatron-LM, NeMo, GPT-NeoX, torchtitan, ..."),
     ("eighty-sixth", "an ordinary sample of OCR, document and handwriting models: PaddleOCR, MMOCR, EasyOCR, ..."),
+    ("eighty-seventh", "an ordinary sample of threads opened in 2021-22"),
+    ("eighty-eighth", "an ordinary sample of Hugging Face's own example scripts: run_clm, run_glue, run_translation, ..."),
+    ("eighty-ninth", "an ordinary sample of runs driven by config frameworks and trackers: Hydra, MLflow, W&B, Optuna, ..."),
+    ("ninetieth", "an ordinary sample of federated, on-device, edge and quantization-aware training: Flower, FedML, ..."),
+    ("ninety-first", "an ordinary sample of LLM preference and reward training: trl DPO/ORPO/KTO, OpenRLHF, ..."),
+    ("ninety-second", "an ordinary sample of video, 3D and point-cloud training: VideoMAE, Open-Sora, OpenPCDet, ..."),
 )
 
 
