@@ -411,7 +411,8 @@ _rule("oom-recovered", "oom", 70, ("attempting to recover", "skipping batch"),
       r"(?:ran out of memory|OOM).{0,80}(?:attempting to recover|skipping batch)", soft=True,
       confidence=0.7)
 _rule("generic-oom", "oom", 80, ("out of memory", "oom"),
-      r"\bout of memory\b|\bOOM(?:ed)?\b(?! *[:=]? *0(?![\d.]))", confidence=0.85)  # not a counter: "oom 0", "OOM: 0"
+      r"\bout of memory\b|\bOOM(?:ed)?\b(?! *[:=]? *0(?:\.0+)?(?![\d.]))", confidence=0.85)
+# (not a counter at zero: "oom 0", "OOM: 0", fairseq's progress stats "oom=0.000")
 # TensorFlow's BFC allocator dumps its chunks and this total only when an allocation failed (before
 # its "ran out of memory" line and the ResourceExhaustedError, which a cut excerpt may lack).
 _rule("tf-allocator-dump", "oom", 80, ("sum total of in-use chunks",), r"\bSum Total of in-use chunks: ",
@@ -919,7 +920,7 @@ _rule("completed", "completed", 50,
        "saved pipeline to output directory", "train completed, best_metric", "key: avg_", "optimization done",
        "testing using ", "- f1-score (micro)", "optimization finished!", "loss for final step:", "eval metrics",
        "test metrics", "predict metrics", "eval results", "last_model_checkpoint: ", "reporting training success",
-       "training job completed", "billable seconds: "),
+       "training job completed", "billable seconds: ", "fl finished in "),
       r"Training completed\. Do not forget|Training Completed!|\btrain_runtime\b|\*{3,} train metrics \*{3,}"
       r"|`Trainer\.fit` stopped: `max_(?:epochs|steps)=\d+` reached|\[after training is done\]"
       # (ESPnet: "was"; not one epoch's or step's end, as hand-written loops print it: "Training completed
@@ -958,6 +959,9 @@ _rule("completed", "completed", 50,
       # job log stream (its status line, then the billed time, printed for a completed job only)
       r"|\bReporting training SUCCESS\b|\bCompleted - Training job completed\b|\bBillable seconds: \d+"
       r"|(?:^|\] )Optimization Done\.?[ \t]*$"  # Caffe's solver (glog line, or bare under DIGITS), after max_iter
+      # Flower's server once fit() ran every round (its workflows too; start_server since 1.5 logs "Run finished
+      # N round(s)", which this rule reads as "run finished")
+      r"|\bFL finished in \d"
       r"|^Key: avg_(?:train_prep|train_loss|eval_prep|eval_loss|epoch_time|checkpoint_time), Value: ",  # llama-recipes,
       # printing what train() returned
       confidence=0.95)
@@ -1054,6 +1058,7 @@ class _Hit:
     rule: _Rule
     pos: int
     line: str
+    line_start: int  # where the hit's line starts, in the index space of `pos`
 
 
 def _trie_pattern(words: tuple[str, ...]) -> str:
@@ -1488,7 +1493,9 @@ def _decide(
 
     if done:
         last_done = max(done, key=lambda h: h.pos)
-        later_fatal = [h for h in fatal if h.pos > last_done.pos]
+        # A failure after the completion, or on its very line: a closing summary that reports a NaN
+        # loss (`TrainOutput(global_step=1276, training_loss=nan, metrics={'train_runtime': ...`).
+        later_fatal = [h for h in fatal if h.pos > last_done.pos or h.line_start == last_done.line_start]
         if not later_fatal:
             return verdict(last_done)
         fatal = later_fatal
@@ -1553,7 +1560,7 @@ def _classify_reference(
             if _RULES[idx].lazy is lazy:
                 m = _first_match(_RULES[idx], low, spans)
                 if m is not None:
-                    found.append(_Hit(_RULES[idx], m.start(), _line_at(text, m.start())))
+                    found.append(_Hit(_RULES[idx], m.start(), _line_at(text, m.start()), text.rfind("\n", 0, m.start()) + 1))
         return found
 
     return _decide(search(False), lambda: search(True), progress_pos=progress_pos, progress_line=progress_line,
@@ -1958,7 +1965,7 @@ def _classify_encoded(raw: bytes, *, idle_seconds: float | None, stall_after_s: 
                     memo[line] = got
             for idx, k in got:
                 if idx not in found:
-                    found[idx] = _Hit(_RULES[idx], start + k, _line_at(line.decode("utf-8"), 0))
+                    found[idx] = _Hit(_RULES[idx], start + k, _line_at(line.decode("utf-8"), 0), start)
         return [found[idx] for idx in sorted(found)]
 
     return _decide(search(False), lambda: search(True), progress_pos=progress_pos, progress_line=progress_line,

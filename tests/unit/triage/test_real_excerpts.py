@@ -132,11 +132,6 @@ KNOWN_MISSES = {
                                          "do not take for a NaN (a word must end there)",
     "real-b75-rfastai-epoch-101": "fastai's table after a one-epoch fit: the row for an epoch that ended reads the "
                                   "same whether more epochs follow (the epoch count is in the call, not the log)",
-    # batches 87-92, first contact (fixed in the next commit)
-    "real-b88-mt5-summarization-nan-11735": "TrainOutput's training_loss=nan comes before its train_runtime: the "
-                                            "completion is read after the NaN on the same line",
-    "real-b89-fairseq-when-training-ends-1348": "fairseq's progress stats carry an oom=0.000 counter, read as an OOM",
-    "real-b90-flower-adv-tf-finished-996": "Flower's 'FL finished in <seconds>' is no completion the rules know",
 }
 
 

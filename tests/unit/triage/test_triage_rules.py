@@ -739,3 +739,28 @@ def test_ray_tunes_closing_run_time_ends_a_sweep_only_when_no_trial_failed() -> 
     failed = ("2022-04-30 16:56:45,700\tERROR tune.py:941 -- Trials did not complete: [train_fn_16400_00004]\n")
     assert _said(table + failed + end) != "completed"
     assert _said(table + "Total run time so far: 60.09 seconds\n") != "completed"
+
+
+def test_a_closing_summary_with_a_nan_loss_fairseqs_zero_oom_counter_and_flowers_end() -> None:
+    """From batches 87-92's dev halves, each in its general form with its near miss: a closing summary
+    that reports a NaN loss on its own line is divergence, whichever key comes first; fairseq's `oom=0.000`
+    progress stat is a counter at zero; Flower's server logs `FL finished in <seconds>` after its last round."""
+    steps = "".join(f"{{'loss': nan, 'learning_rate': 4.{i}e-05, 'epoch': 0.{i}}}\n" for i in range(3))
+    nan_out = "TrainOutput(global_step=1276, training_loss=nan, metrics={'train_runtime': 340.44, 'epoch': 1.0})\n"
+    assert _said(nan_out) == "diverged"
+    assert _said(steps.replace("nan", "0.61") + nan_out.replace("=nan", "=0.61")) == "completed"
+    assert _said("{'train_runtime': 340.44, 'train_samples_per_second': 3.748, 'train_loss': nan, 'epoch': 1.0}\n") == "diverged"
+    bar = (" epoch 031:  53%|▌| 28980/55116 [2:01:41<1:45:30,  4.13it/s, loss=3.662, nll_loss=1.945, ppl=3.85, "
+           "wps=13520, ups=4, wpb=3406.657, bsz=107.062, lr=2.43802e-05, gnorm=3.772, clip=0.000, oom={}, "
+           "loss_scale=2.000, wall=441405]\n")
+    assert _said(bar.format("0.000") * 3) == "progressing"
+    assert _said(bar.format("0") * 3) == "progressing"
+    assert _said(bar.format("0.000") * 3 + "| WARNING: ran out of memory with exception: CUDA out of memory. "
+                 "Tried to allocate 1.10 GiB\n") == "oom"
+    flower = ("INFO flower 2022-01-06 09:21:15,045 | server.py:148 | fit progress: (4, 2.3478, {'accuracy': 0.14}, "
+              "307.96)\n")
+    assert _said(flower) == "progressing"
+    assert _said(flower + "INFO flower 2022-01-06 09:21:15,045 | server.py:172 | FL finished in 307.96627069999977\n"
+                 "INFO flower 2022-01-06 09:21:15,045 | app.py:119 | app_fit: losses_distributed []\n") == "completed"
+    assert _said(flower + "INFO :      [SUMMARY]\nINFO :      Run finished 3 round(s) in 12.34s\n") == "completed"
+    assert _said(flower + "INFO flower | FL finished: client 3 disconnected\n") != "completed"
