@@ -190,6 +190,12 @@ _BATCH_AIMS: tuple[tuple[str, str], ...] = (
     ("ninetieth", "an ordinary sample of federated, on-device, edge and quantization-aware training: Flower, FedML, ..."),
     ("ninety-first", "an ordinary sample of LLM preference and reward training: trl DPO/ORPO/KTO, OpenRLHF, ..."),
     ("ninety-second", "an ordinary sample of video, 3D and point-cloud training: VideoMAE, Open-Sora, OpenPCDet, ..."),
+    ("ninety-third", "an ordinary sample of threads opened in 2024-25"),
+    ("ninety-fourth", "an ordinary sample of Lightning and plain PyTorch training in any field, 2022-26"),
+    ("ninety-fifth", "an ordinary sample of multilingual and non-English NLP fine-tuning: mT5, XLM-R, mBART, ..."),
+    ("ninety-sixth", "an ordinary sample of LLM pretraining and SFT on several GPUs with DeepSpeed or FSDP, 2024-26"),
+    ("ninety-seventh", "an ordinary sample of diffusion models outside the big trainers: DDPM, guided-diffusion, DiT, ..."),
+    ("ninety-eighth", "an ordinary sample of pull-request threads that attach a training run's log"),
 )
 
 
