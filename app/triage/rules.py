@@ -750,7 +750,8 @@ _rule("config", "data_error", 90, ("unknown ", "validationerror", "yaml.", "scan
                                    "hfargumentparser", "invalid choice", "unknown optimizer", "unknown scheduler",
                                    "unknown model type", "unknown quantization", "does not appear to have a file named",
                                    "configuration file", "cannot find config", "config.json", "invalid arguments!",
-                                   "missingconfigexception", "configcompositionexception"),
+                                   "missingconfigexception", "configcompositionexception", "which is not available",
+                                   "could not find the monitored key"),
       r"ValidationError|yaml\.(?:scanner|parser|constructor)\.\w+Error|ScannerError|ParserError"
       r"|got an unexpected keyword argument|Target modules .{0,80}not found in the base model"
       r"|Please specify `?\w+`? in|is not a valid model identifier|Unrecognized configuration class"
@@ -760,7 +761,12 @@ _rule("config", "data_error", 90, ("unknown ", "validationerror", "yaml.", "scan
       r"|Unknown (?:optimizer|scheduler|model type|quantization)|does not appear to have a file named"
       r"|configuration file .{0,40}not found|Cannot find config|config\.json.{0,20}not found"
       r"|^invalid arguments!"  # Lua Torch's argcheck, before the usage it prints
-      r"|\bMissingConfigException\b|\bConfigCompositionException\b",  # Hydra: the run's config does not compose
+      r"|\bMissingConfigException\b|\bConfigCompositionException\b"  # Hydra: the run's config does not compose
+      # Lightning's callbacks monitoring a metric the module never logs, when they raise (EarlyStopping's
+      # strict default, ModelCheckpoint once validation ran); otherwise it is a warning and the run goes on
+      r"|(?:RuntimeError|MisconfigurationException): (?:Early stopping|ReduceLROnPlateau) conditioned on metric "
+      r".{0,120}? which is not available"
+      r"|MisconfigurationException: .{0,80}could not find the monitored key in the returned metrics",
       confidence=0.92)
 _rule("config-hint", "data_error", 45, ("error: ",),
       r"^\S*Error: .{0,120}(?:should be (?:a|an|one of)|must be (?:a multiple|divisible|one of|greater|less|positive|set)|is not supported for)",

@@ -764,3 +764,26 @@ def test_a_closing_summary_with_a_nan_loss_fairseqs_zero_oom_counter_and_flowers
                  "INFO flower 2022-01-06 09:21:15,045 | app.py:119 | app_fit: losses_distributed []\n") == "completed"
     assert _said(flower + "INFO :      [SUMMARY]\nINFO :      Run finished 3 round(s) in 12.34s\n") == "completed"
     assert _said(flower + "INFO flower | FL finished: client 3 disconnected\n") != "completed"
+
+
+def test_lightnings_callbacks_raising_on_a_metric_never_logged_are_a_config_error() -> None:
+    """From batch 94's dev half, written from Lightning's source: EarlyStopping (strict, the default) raises
+    when its monitored metric is never logged, ModelCheckpoint once validation ran; non-strict, or before
+    validation, each only warns and the run goes on to its end."""
+    bar = "Epoch 0: 100%|██████████| 260/260 [01:26<00:00,  3.00it/s, v_num=2, train_loss=0.412]\n"
+    raised = ("  File \"lightning/pytorch/callbacks/early_stopping.py\", line 153, in _validate_condition_metric\n"
+              "    raise RuntimeError(error_msg)\nRuntimeError: Early stopping conditioned on metric `val_loss` which is "
+              "not available. Pass in or modify your `EarlyStopping` callback to use any of the following: `train_loss`\n")
+    assert classify(bar + raised).state == "data_error"
+    assert _said("lightning_fabric.utilities.exceptions.MisconfigurationException: `ModelCheckpoint(monitor="
+                 "'val_total_loss')` could not find the monitored key in the returned metrics: ['train_loss', "
+                 "'epoch', 'step']. HINT: Did you call `log('val_total_loss', value)` in the `LightningModule`?\n") == "data_error"
+    warned = ("lightning/pytorch/callbacks/model_checkpoint.py:384: `ModelCheckpoint(monitor='val_loss')` could not "
+              "find the monitored key in the returned metrics: ['train_loss', 'epoch', 'step']. HINT: Did you call "
+              "`log('val_loss', value)` in the `LightningModule`?\n")
+    assert _said(bar + warned + bar) == "progressing"
+    assert _said(bar + warned + "`Trainer.fit` stopped: `max_epochs=2` reached.\n") == "completed"
+    keras = ("WARNING:tensorflow:Early stopping conditioned on metric `val_loss` which is not available. Available "
+             "metrics are: loss,accuracy\n")
+    assert _said("Epoch 3/10\n100/100 [==============================] - 2s 20ms/step - loss: 0.41 - accuracy: 0.88\n"
+                 + keras) != "data_error"
