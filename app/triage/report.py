@@ -196,6 +196,11 @@ _BATCH_AIMS: tuple[tuple[str, str], ...] = (
     ("ninety-sixth", "an ordinary sample of LLM pretraining and SFT on several GPUs with DeepSpeed or FSDP, 2024-26"),
     ("ninety-seventh", "an ordinary sample of diffusion models outside the big trainers: DDPM, guided-diffusion, DiT, ..."),
     ("ninety-eighth", "an ordinary sample of pull-request threads that attach a training run's log"),
+    ("ninety-ninth", "an ordinary sample of threads opened in 2019-20"),
+    ("hundredth", "an ordinary sample of detection and segmentation training of 2019-23: mmdetection 2, detectron2, YOLOv5, ..."),
+    ("hundred-and-first", "an ordinary sample of speech recognition and TTS training: ESPnet, NeMo ASR, Coqui, icefall, ..."),
+    ("hundred-and-second", "an ordinary sample of text classification, NER and QA fine-tuning with BERT-size models"),
+    ("hundred-and-third", "an ordinary sample of RL on LLMs, 2024-26: verl, OpenRLHF PPO, trl PPO/GRPO, ..."),
 )
 
 
