@@ -582,12 +582,16 @@ _rule("sigbus-gpu", "cuda_fault", 50, ("segmentation", "segmentation fault", "si
       r"Segmentation fault|SIGSEGV|Fatal Python error: Segmentation", confidence=0.55)
 
 # --- stalled: collective/watchdog/rendezvous timeouts ------------------------------------------
-_rule("nccl-watchdog", "stalled", 92, ("before timing out", "watchdog", "timed out", "timeout", "heartbeat"),
+_rule("nccl-watchdog", "stalled", 92, ("before timing out", "watchdog", "timed out", "timeout", "heartbeat",
+                                        "original reason for failure was"),
       r"Watchdog caught collective operation timeout|ran for \d+ milliseconds before timing out"
       r"|watchdog got stuck|Heartbeat monitor timed out|Timeout at NCCL work"
       r"|collective operation timeout"
       r"|dump signal due to a collective timeout"  # ProcessGroupNCCL's flight recorder, when a peer timed out
-      r"|NCCL (?:watchdog )?timeout|Timed out waiting \d+ ?ms for send operation")
+      r"|NCCL (?:watchdog )?timeout|Timed out waiting \d+ ?ms for send operation"
+      # the communicator the watchdog aborted, with its reason (the timeout, or the watchdog itself stuck),
+      # which a posted excerpt may cut mid-word: "... Original reason for failure was: [Rank 0] Watchdog caug"
+      r"|Original reason for failure was: \[Rank \d+\] Watchdog\b")
 # Huawei Ascend's HCCL: a collective waited past HCCL_EXEC_TIMEOUT for a peer's notify.
 _rule("hccl-timeout", "stalled", 91, ("notify record", "hccl_exec_timeout"),
       r"has not received the Notify record from remote rank|HCCL_EXEC_TIMEOUT",
@@ -648,6 +652,7 @@ _rule("network", "io_error", 90, ("name or service", "no route", "chunkedencodin
                                     "urlopen error", "winerror 1006", "winerror 1005"),
       r"(?<!Rendezvous)ConnectionError|ConnectTimeout|ConnectTimeoutError|ReadTimeout(?:Error)?|Read timed out"
       r"|Max retries exceeded|Failed to establish a new connection|Connection refused"
+      r"|\bConnection error\.[ \t]*$"  # openai-python's APIConnectionError as a client logs it (not Ray's "exits with a connection error code")
       r"|Connection (?:reset|aborted|broken)|reset by peer|IncompleteRead|RemoteDisconnected"
       r"|Temporary failure in name resolution|Name or service not known|getaddrinfo failed"
       r"|Could not resolve host|Network is unreachable|No route to host|SSLError|SSL: CERTIFICATE"
@@ -712,7 +717,7 @@ _rule("dataset", "data_error", 94, ("datasetgeneration", "arrowinvalid", "arrowt
                                     "not found", "invalid dataset", "dataset format", "tokenization strategy",
                                     "failed to load dataset", "datasets.exceptions", "splits", "expected schema",
                                     "schema mismatch", "keyerror: '", "no data", "no image", "no samples",
-                                    "no training", "no valid"),
+                                    "no training", "no valid", "stopped: no training batches"),
       r"DatasetGenerationError|DatasetGenerationCastError|ArrowInvalid|ArrowTypeError|CastError"
       r"|JSONDecodeError|JSON parse error|UnicodeDecodeError|Couldn't cast|column .{0,40}not (?:found|in)"
       r"|Column \S+ not in the dataset|No columns in the dataset match|Cannot find valid samples"
@@ -721,6 +726,7 @@ _rule("dataset", "data_error", 94, ("datasetgeneration", "arrowinvalid", "arrowt
       r"|Invalid dataset|Please check the dataset format|unhandled prompt tokenization strategy"
       r"|Failed to load dataset|datasets\.exceptions\.\w+|ExpectedMoreSplits|SplitsNotFoundError"
       r"|\bno (?:data|images?|samples|training (?:data|samples|images)|valid (?:data|samples|images)) (?:was |were )?found\b"
+      r"|`Trainer\.fit` stopped: No training batches"  # Lightning, when the train dataloader is empty
       r"|NonMatchingSplitsSizesError|doesn't match the expected schema|schema mismatch|KeyError: '(?:text|input|output|instruction|messages|conversations|label|labels|prompt|response|chosen|rejected|content|role|from|value|input_ids|attention_mask)'")
 _rule("batch-shape", "data_error", 90, ("batch_size", "did not return a loss", "target size", "labels", "target", "supply an encoding", "batch received was empty", "same device", "cannot be multiplied", "expected scalar type", "unscale fp16", "purely quantized", "stack expects",
                                        "must be broadcastable", "incompatible shapes", "label must be",
@@ -751,7 +757,8 @@ _rule("config", "data_error", 90, ("unknown ", "validationerror", "yaml.", "scan
                                    "unknown model type", "unknown quantization", "does not appear to have a file named",
                                    "configuration file", "cannot find config", "config.json", "invalid arguments!",
                                    "missingconfigexception", "configcompositionexception", "which is not available",
-                                   "could not find the monitored key"),
+                                   "could not find the monitored key", "could not override '", "could not append to config",
+                                   "error merging override", "is not in struct", "missing mandatory value"),
       r"ValidationError|yaml\.(?:scanner|parser|constructor)\.\w+Error|ScannerError|ParserError"
       r"|got an unexpected keyword argument|Target modules .{0,80}not found in the base model"
       r"|Please specify `?\w+`? in|is not a valid model identifier|Unrecognized configuration class"
@@ -766,7 +773,10 @@ _rule("config", "data_error", 90, ("unknown ", "validationerror", "yaml.", "scan
       # strict default, ModelCheckpoint once validation ran); otherwise it is a warning and the run goes on
       r"|(?:RuntimeError|MisconfigurationException): (?:Early stopping|ReduceLROnPlateau) conditioned on metric "
       r".{0,120}? which is not available"
-      r"|MisconfigurationException: .{0,80}could not find the monitored key in the returned metrics",
+      r"|MisconfigurationException: .{0,80}could not find the monitored key in the returned metrics"
+      # Hydra refusing a command-line override, OmegaConf a key its schema lacks or a value never set
+      r"|^Could not override '|^Could not append to config\.|^Error merging override "
+      r"|\bKey '[^'\n]+' is not in struct\b|\bMissing mandatory value: ",
       confidence=0.92)
 _rule("config-hint", "data_error", 45, ("error: ",),
       r"^\S*Error: .{0,120}(?:should be (?:a|an|one of)|must be (?:a multiple|divisible|one of|greater|less|positive|set)|is not supported for)",

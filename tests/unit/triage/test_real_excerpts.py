@@ -132,11 +132,6 @@ KNOWN_MISSES = {
                                          "do not take for a NaN (a word must end there)",
     "real-b75-rfastai-epoch-101": "fastai's table after a one-epoch fit: the row for an epoch that ended reads the "
                                   "same whether more epochs follow (the epoch count is in the call, not the log)",
-    # batches 99-103, first contact (fixed in the next commit)
-    "real-b100-rtdetr-nccl-watchdog-599": "the communicator's abort reason, cut mid-word, is the watchdog's timeout",
-    "real-b101-piper1-no-training-batches-16": "Lightning's '`Trainer.fit` stopped: No training batches.' is unknown",
-    "real-b103-verl-hydra-override-rollout-n-4262": "Hydra's 'Could not override' and OmegaConf's 'not in struct' are unknown",
-    "real-b103-verifiers-primerl-conn-error-599": "openai-python's 'Connection error.' is no network failure the rules know",
     "real-b97-mgdm-nan-3": "guided-diffusion's fp16 scaler skipping steps ('Found NaN, decreased lg_loss_scale to "
                            "14.9'), as it does at every start: that the scale never recovers is past the excerpt's "
                            "end (read as divergence once it falls below 2^0)",

@@ -787,3 +787,36 @@ def test_lightnings_callbacks_raising_on_a_metric_never_logged_are_a_config_erro
              "metrics are: loss,accuracy\n")
     assert _said("Epoch 3/10\n100/100 [==============================] - 2s 20ms/step - loss: 0.41 - accuracy: 0.88\n"
                  + keras) != "data_error"
+
+
+def test_a_watchdogs_abort_reason_lightnings_empty_fit_hydras_overrides_and_an_api_connection_error() -> None:
+    """From batches 99-103's dev halves, each in its general form with its near miss beside it."""
+    frames = ("  File \"torch/distributed/distributed_c10d.py\", line 1700, in all_reduce\n"
+              "    work = default_pg.allreduce([tensor], opts)\n")
+    aborted = "RuntimeError: NCCL communicator was aborted on rank 0.  Original reason for failure was: "
+    # the watchdog aborted the communicator for a timeout (even cut mid-word, as posted): a stall
+    assert _said(frames + aborted + "[Rank 0] Watchdog caug") == "stalled"
+    assert _said(frames + aborted + "[Rank 0] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=9, "
+                 "OpType=ALLREDUCE, Timeout(ms)=1800000) ran for 1800461 milliseconds before timing out.\n") == "stalled"
+    # ... for an NCCL error, a device fault
+    assert _said(frames + aborted + "NCCL error: unhandled cuda error, NCCL version 2.18.1\n") == "cuda_fault"
+    # Lightning's fit with an empty train dataloader; its normal end stays a completion
+    empty = ("lightning/pytorch/utilities/data.py:106: Total length of `DataLoader` across ranks is zero. Please make "
+             "sure this was your intention.\n")
+    assert classify(empty + "`Trainer.fit` stopped: No training batches.\n").state == "data_error"
+    assert _said(empty + "Epoch 9: 100%|██████████| 26/26 [00:04<00:00, 6.1it/s, loss=0.31]\n"
+                 "`Trainer.fit` stopped: `max_epochs=10` reached.\n") == "completed"
+    # Hydra refusing an override, OmegaConf a key its schema lacks or a value never set
+    hydra_tail = "\nSet the environment variable HYDRA_FULL_ERROR=1 for a complete stack trace.\n"
+    assert classify("Could not override 'actor_rollout_ref.rollout.n'.\nTo append to your config use "
+                    "+actor_rollout_ref.rollout.n=16\nKey 'n' is not in struct\n    full_key: actor_rollout_ref.rollout.n\n"
+                    "    object_type=dict" + hydra_tail).state == "data_error"
+    assert classify("omegaconf.errors.MissingMandatoryValue: Missing mandatory value: data_dir\n"
+                    "    full_key: data_dir\n    object_type=dict" + hydra_tail).state == "data_error"
+    assert _said("[2024-05-01 10:00:00,000][__main__][INFO] - Could not override the default seed; using 42\n"
+                 "step 10 | loss 2.31 | lr 3e-4\n") == "progressing"
+    # openai-python's APIConnectionError as a rollout client logs it; Ray's worker-exit detail is not one
+    assert _said("Generating rollouts (train):  75%|███████▌  | 96/128 [01:31<00:12,  2.63it/s]2025-12-02 03:58:17 - "
+                 "verifiers.envs.Env - ERROR - Error getting model response: Connection error.\nExiting...\n") == "io_error"
+    assert _said("(raylet) Worker exit type: SYSTEM_ERROR Worker exit detail: Worker unexpectedly exits with a "
+                 "connection error code 2. End of file. There are some potential root causes.\n") != "io_error"
