@@ -201,6 +201,8 @@ _BATCH_AIMS: tuple[tuple[str, str], ...] = (
     ("hundred-and-first", "an ordinary sample of speech recognition and TTS training: ESPnet, NeMo ASR, Coqui, icefall, ..."),
     ("hundred-and-second", "an ordinary sample of text classification, NER and QA fine-tuning with BERT-size models"),
     ("hundred-and-third", "an ordinary sample of RL on LLMs, 2024-26: verl, OpenRLHF PPO, trl PPO/GRPO, ..."),
+    ("hundred-and-fourth", "an ordinary sample of image classification on custom datasets: ResNet, ViT, EfficientNet, ..."),
+    ("hundred-and-fifth", "an ordinary sample of threads opened in 2025-26 (a fourth round, at the end of the search budget)"),
 )
 
 
