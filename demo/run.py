@@ -396,6 +396,13 @@ def triage_real_logs() -> None:
                       "Saving model checkpoint to /workspace/out/checkpoint-500\n"
                       "PermissionError: [Errno 13] Permission denied: '/workspace/out/checkpoint-500'\n")
     sh("triage", str(denied), "--no-specialist", "--no-llm")
+    # A collective the NCCL watchdog timed out, its reason cut mid-word as an excerpt posted it: a stall
+    # (restart the slice on the same host), where an NCCL error would have replaced the host.
+    aborted = DEMO / "aborted.log"
+    aborted.write_text("  File \"torch/distributed/distributed_c10d.py\", line 1700, in all_reduce\n"
+                       "    work = default_pg.allreduce([tensor], opts)\nRuntimeError: NCCL communicator was aborted on "
+                       "rank 0.  Original reason for failure was: [Rank 0] Watchdog caug")
+    sh("triage", str(aborted), "--no-specialist", "--no-llm")
 
 
 def main() -> None:
