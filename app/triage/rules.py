@@ -995,11 +995,13 @@ _rule(_EXIT_SUMMARY_RULE, "completed", 50, ("real ", "real\t", "wall time: ", "f
       r"^real[ \t]+\d+m\d+(?:[.,]\d+)?s[ \t]*$|^Wall time: \d+(?:\.\d+)?(?:min \d+)? ?(?:s|ms|µs|us|ns|min)[ \t]*$"
       r"|\bTotal run time: [\d.]+ seconds \([\d.]+ seconds for the tuning loop\)",
       confidence=0.75)
-_rule(_SUMMARY_RULE, "completed", 50, ("total training time", "training time ", "best validation loss",
+_rule(_SUMMARY_RULE, "completed", 50, ("total training time", "training time ", "training time: ", "best validation loss",
                                        "best model at step", "overall test ", " best validation ", "best valid :",
                                        "best valid:", "final:"),
       r"(?<!estimated )(?<!remaining )\bTotal training time\b"
-      r"|^Training time \d+:\d\d:\d\d\b"  # DETR's main() and the repos built on it (DeiT, MAE, ...), after the loop
+      # DETR's main() and the repos built on it (DeiT, MAE, DINO, ...), after the loop: str(timedelta), with
+      # its days past 24 hours ("Training time 1 day, 8:12:40"); litgpt's (and its forks') as train() returns
+      r"|^Training time (?:\d+ days?, )?\d+:\d\d:\d\d\b|^Training time: \d+(?:\.\d+)?s[ \t]*$"
       r"|^Best Validation Loss \S+ on Epoch \d+"  # DiffDock's train.py (and its forks), after the epoch loop
       # DeepXDE's Model.train() as it returns, also after a run whose losses went NaN
       r"|^Best model at step \d+:"

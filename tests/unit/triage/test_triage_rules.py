@@ -820,3 +820,19 @@ def test_a_watchdogs_abort_reason_lightnings_empty_fit_hydras_overrides_and_an_a
                  "verifiers.envs.Env - ERROR - Error getting model response: Connection error.\nExiting...\n") == "io_error"
     assert _said("(raylet) Worker exit type: SYSTEM_ERROR Worker exit detail: Worker unexpectedly exits with a "
                  "connection error code 2. End of file. There are some potential root causes.\n") != "io_error"
+
+
+def test_detrs_training_time_past_a_day_and_litgpts_closing_training_time() -> None:
+    """Written from the sources: DETR's main() (and DeiT, MAE, DINO, ... built on it) prints
+    `Training time {timedelta}` after its loop, with days once a run passes 24 hours; litgpt prints
+    `Training time: {s:.2f}s` as train() returns. Per-epoch times and a failure before either are not an end."""
+    epochs = ("Epoch: [299]  [1250/1251]  eta: 0:00:00  lr: 0.000001  loss: 2.8312 (2.9012)  time: 0.3121\n"
+              "* Acc@1 81.812 Acc@5 95.600 loss 0.802\nMax accuracy: 81.83%\n")
+    assert _said(epochs + "Training time 1 day, 8:12:40\n") == "completed"
+    assert _said(epochs + "Training time 2 days, 0:00:01\n") == "completed"
+    assert _said(epochs + "Training time per epoch 0:06:31\n") == "progressing"
+    lit = "Epoch 3 | iter 600 step 150 | loss train: 1.210, val: n/a | iter time: 120.50 ms (step)\n"
+    assert _said(lit + "Training time: 345.12s\nMemory used: 10.21 GB\n") == "completed"
+    assert _said(lit + "Training time: 345.12s per epoch, 2h left\n" + lit) == "progressing"
+    assert _said(lit + "RuntimeError: CUDA error: an illegal memory access was encountered\n"
+                 "Training time: 345.12s\n") == "cuda_fault"
