@@ -936,7 +936,7 @@ _rule("completed", "completed", 50,
        "saved pipeline to output directory", "train completed, best_metric", "key: avg_", "optimization done",
        "testing using ", "- f1-score (micro)", "optimization finished!", "loss for final step:", "eval metrics",
        "test metrics", "predict metrics", "eval results", "last_model_checkpoint: ", "reporting training success",
-       "training job completed", "billable seconds: ", "fl finished in "),
+       "training job completed", "billable seconds: ", "fl finished in ", "epoch loaded: "),
       r"Training completed\. Do not forget|Training Completed!|\btrain_runtime\b|\*{3,} train metrics \*{3,}"
       r"|`Trainer\.fit` stopped: `max_(?:epochs|steps)=\d+` reached|\[after training is done\]"
       # (ESPnet: "was"; not one epoch's or step's end, as hand-written loops print it: "Training completed
@@ -945,6 +945,9 @@ _rule("completed", "completed", 50,
       r"(?! *,? *(?:for|of|in) (?:the )?(?:epoch|step|iteration|iter|batch|fold|round|episode)s?\b)"
       # (DLRM prints "Finished training it 1000/2000 of epoch 0" every interval: only the counter at its total ends)
       r"|finished training(?! it (?P<fin_it>\d+)/(?!(?P=fin_it)\b)\d+)|done training|saving (?:the )?final (?:model|adapter|checkpoint)"  # DeepSpeed-Chat: "the"
+      r"|\bSaving final epoch checkpoint\."  # torchtune's checkpointers, for the last epoch only
+      # SpeechBrain's recipes: the test stage's stats, logged by evaluate() after fit() returned
+      r"|\bEpoch loaded: \d+ - test "
       r"|final (?:model|adapter) saved|status: completed|z finished step=\d+"
       r"|^\d+ (?:epochs?|iterations|steps) completed in [\d.]+ ?(?:hours|minutes|seconds|[hms])\b"
       r"|^Optimizer stripped from \S+"  # ultralytics, once the last epoch is done

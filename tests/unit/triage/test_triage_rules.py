@@ -836,3 +836,19 @@ def test_detrs_training_time_past_a_day_and_litgpts_closing_training_time() -> N
     assert _said(lit + "Training time: 345.12s per epoch, 2h left\n" + lit) == "progressing"
     assert _said(lit + "RuntimeError: CUDA error: an illegal memory access was encountered\n"
                  "Training time: 345.12s\n") == "cuda_fault"
+
+
+def test_torchtunes_final_epoch_save_and_speechbrains_test_stage_end_a_run() -> None:
+    """Written from the sources: torchtune's checkpointers log "Saving final epoch checkpoint." only for
+    the last epoch (earlier ones save "recipe state"); SpeechBrain's recipes log the test stage's stats
+    ("Epoch loaded: N - test ...") from evaluate(), after fit() returned."""
+    bar = "1|1625|Loss: 1.5839784145355225: 100%|██████████| 1625/1625 [22:01<00:00,  1.23it/s]\n"
+    log = "INFO:torchtune.utils._logging:"
+    assert _said(f"{log}Saving final epoch checkpoint.\n{log}The full model checkpoint, including all weights and "
+                 f"configurations, has been saved successfully.You can now use this checkpoint for further training "
+                 f"or inference.\n{log}Saving checkpoint took 6.64 secs\n" + bar) == "completed"
+    assert _said(f"{log}Saving current epoch's recipe state...\n{log}Saving checkpoint took 6.64 secs\n" + bar) != "completed"
+    sb = "speechbrain.utils.train_logger - "
+    epoch = sb + "epoch: 20, lr: 1.00e-04 - train loss: 0.21 - valid loss: 0.33, valid CER: 4.1, valid WER: 11.2\n"
+    assert _said(epoch + sb + "Epoch loaded: 20 - test loss: 0.35, test CER: 4.3, test WER: 11.9\n") == "completed"
+    assert _said(epoch) == "progressing"
