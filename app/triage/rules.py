@@ -1035,6 +1035,7 @@ _GENERIC_WRAPPERS = re.compile(r"ChildFailedError|CalledProcessError|exitcode\s*
 
 # An epoch counter and a batch/iteration/step counter, each of its total: "[Epoch 16/30, Batch 4410/7329]".
 _EPOCH_AND_BATCH = r"\bepoch\W{0,3}(\d+)\s*/\s*(\d+)\W{1,4}(?:batch|iter(?:ation)?|step)\W{0,3}(\d+)\s*/\s*(\d+)"
+_ONMT_STEP = r"\bStep +(\d+)(?:/ *(\d+))?; acc: *[-\d.]+;"
 _PROGRESS_ALTERNATIVES = (
     r"\d{1,3}%\|[^|\n]{0,80}\|\s*\d+/\d+ \[",  # tqdm
     r"""[{,]\s*['"](?:loss|train_loss|grad_norm|learning_rate)['"]\s*:\s*['"]?[-+\d.e]+""",  # HF dicts, Paddle
@@ -1058,6 +1059,8 @@ _PROGRESS_ALTERNATIVES = (
     _EPOCH_AND_BATCH,
     # darknet's iteration line: "1104: 3.21, 3.54 avg loss, 0.001000 rate, 3.21 seconds, 64 images"
     r"^\s*\d+: [-+\d.e]+, [-+\d.e]+ avg(?: loss)?, [-+\d.e]+ rate, [\d.]+ seconds, \d+ images",
+    # OpenNMT-py's report: "Step 1500/100000; acc:  41.23; ppl: 22.10; xent: 3.10; lr: 0.00100; ..." (no "loss")
+    _ONMT_STEP,
 )
 _PROGRESS = re.compile("|".join(_PROGRESS_ALTERNATIVES), re.IGNORECASE)
 # The same alternatives one by one (`_is_progress` runs only those whose words a line has).
@@ -1238,7 +1241,7 @@ def _line_at(text: str, pos: int) -> str:
 
 
 _PROGRESS_MARKERS = ("%|", "loss", "step=", "iteration", "it/s", "s/it", "checkpoint to", "|", "batch [", "[batch ", "]\t",
-                     "time elapsed", "epoch", "images")
+                     "time elapsed", "epoch", "images", "; acc:")
 _PROGRESS_TRIES = 40
 
 
@@ -1368,6 +1371,7 @@ def _final_epoch_done(text: str, window: str) -> tuple[str, ...] | None:
 
 
 _EPOCH_BATCH = _PROGRESS_PARTS[_PROGRESS_ALTERNATIVES.index(_EPOCH_AND_BATCH)]  # the progress part, compiled once
+_ONMT_STEP_PART = _PROGRESS_PARTS[_PROGRESS_ALTERNATIVES.index(_ONMT_STEP)]
 
 
 # The run's step counter at its total, in the key-value logs of LLaMA-Factory (trainer_log.jsonl and
@@ -1392,6 +1396,15 @@ def _final_steps_done(line: str) -> tuple[str, ...] | None:
 # the bar's N counts steps too (starVLA's accelerate loop).
 _FULL_BAR = re.compile(r"(?:(?<![\w-])(steps) *: *)?100%\|[^|\n]*\| *(\d+)/(\d+) \[", re.IGNORECASE)
 _STEP_N = re.compile(r"\bstep[ :=]+(\d+)\b", re.IGNORECASE)
+
+
+def _final_onmt_step(line: str) -> tuple[str, ...] | None:
+    """(line,) when it is OpenNMT-py's report at its last step ("Step 100000/100000; acc: ..."): its
+    trainer stops at train_steps, and the report of that step is the last it prints."""
+    m = _ONMT_STEP_PART.search(line) if "; acc:" in line else None
+    if m is None or m.group(2) is None:
+        return None
+    return (line.strip()[:_EVIDENCE_CHARS],) if int(m.group(1)) == int(m.group(2)) >= 1 else None
 
 
 def _final_step_bar(line: str) -> tuple[str, ...] | None:
@@ -1545,7 +1558,7 @@ def _decide(
         # The step counter is read on the last progress line and on the last line: LLaMA-Factory's
         # last trainer_log entry has "loss": null, so it is no progress line, but it holds the count.
         final = (_final_epoch_done(*end) or _final_batch_done(progress_line) or _final_steps_done(progress_line)
-                 or _final_steps_done(end[0][end[0].rstrip().rfind("\n") + 1 :]) or _final_step_bar(progress_line)
+                 or _final_steps_done(end[0][end[0].rstrip().rfind("\n") + 1 :]) or _final_step_bar(progress_line) or _final_onmt_step(progress_line)
                  or _final_eval_block(end[0]))
         if final is not None:
             return Verdict("completed", 0.8, final, "final-epoch-done", "completed")
@@ -1802,7 +1815,7 @@ def _is_progress(line: str) -> bool:
     low = line.lower()
     loss = "loss" in low
     (tqdm, hf, nano, megatron, step, epoch, bare_loss, progress, table, kv_table, tune_table, epoch_table, saving,
-     mxnet, boosting, mlagents, counters, darknet) = _PROGRESS_PARTS
+     mxnet, boosting, mlagents, counters, darknet, onmt) = _PROGRESS_PARTS
     return bool(
         ("%|" in low and tqdm.search(line))
         or ((loss or "grad_norm" in low or "learning_rate" in low) and hf.search(line))
@@ -1822,6 +1835,7 @@ def _is_progress(line: str) -> bool:
         or ("time elapsed" in low and mlagents.search(line))
         or ("epoch" in low and counters.search(line))
         or ("images" in low and darknet.search(line))
+        or ("; acc:" in low and onmt.search(line))
     )
 
 

@@ -852,3 +852,18 @@ def test_torchtunes_final_epoch_save_and_speechbrains_test_stage_end_a_run() -> 
     epoch = sb + "epoch: 20, lr: 1.00e-04 - train loss: 0.21 - valid loss: 0.33, valid CER: 4.1, valid WER: 11.2\n"
     assert _said(epoch + sb + "Epoch loaded: 20 - test loss: 0.35, test CER: 4.3, test WER: 11.9\n") == "completed"
     assert _said(epoch) == "progressing"
+
+
+def test_opennmts_step_report_is_progress_and_its_last_step_ends_the_run() -> None:
+    """Written from OpenNMT-py's Statistics.output: "Step N/M; acc: ...; ppl: ...; xent: ...; lr: ..."
+    (no "loss" in it) is progress; its trainer stops at train_steps, so the report at M/M is the end."""
+    def report(step: int, total: int) -> str:
+        return (f"[2023-01-01 10:00:00,000 INFO] Step {step:2d}/{total:5d}; acc:  41.23; ppl: 22.10; xent: 3.10; "
+                f"lr: 0.00100; 3000/2900 tok/s;   1200 sec\n")
+    assert classify(report(50, 100000) + report(100, 100000)).state == "progressing"
+    assert _said(report(99950, 100000) + report(100000, 100000)
+                 + "[2023-01-01 10:00:01,000 INFO] Saving checkpoint models/model_step_100000.pt\n") == "completed"
+    assert _said(report(100, 100000), idle=7200) == "stalled"
+    assert _said(report(100, 100000) + "RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB\n") == "oom"
+    # another tool's "Step N; acc" without OpenNMT's layout is not read as its report
+    assert classify("Step 5 acc 0.5 done\n").state != "completed"
