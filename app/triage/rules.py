@@ -1346,6 +1346,10 @@ def _grad_norm_exploding(text: str, window: str) -> tuple[str, str] | None:
 # (`re` finds it at C speed; a pattern that starts with \b or \d is tried at every position).
 _EPOCH_OF = re.compile(r"epoch(?<=\bepoch)\s*[:\[]?\s*(\d+)\s*/\s*(\d+)\b")
 _KERAS_COUNT = re.compile(r"(\d+)/(\d+) $")  # the "1875/1875 " before a Keras bar
+# Keras 3's progress line: "1875/1875 ━━━━━━━━━━━━━━━━━━━━ 5s 3ms/step - loss: ...", its count and bar
+# in bold and green ("[1m1875/1875[0m [32m━━━━...", as posted without the ESC). Its bar is the same
+# glyph done or not (only the colour differs), so the count alone says the epoch's last step.
+_KERAS3_COUNT = re.compile(r"^[ \t]*(?:\[1m)?(\d+)/(\d+)(?:\[0m)? (?:\[32m)?\u2501", re.MULTILINE)
 
 
 def _final_epoch_done(text: str, window: str) -> tuple[str, ...] | None:
@@ -1359,6 +1363,12 @@ def _final_epoch_done(text: str, window: str) -> tuple[str, ...] | None:
     if last is None or last.group(1) != last.group(2) or int(last.group(1)) < 1:
         return None
     at = window.rfind("100%|", last.start())
+    if at < 0 and "\u2501" in window:
+        keras3 = None
+        for keras3 in _KERAS3_COUNT.finditer(window, last.end()):  # noqa: B007  (the last match is wanted)
+            pass
+        if keras3 is not None and keras3.group(1) == keras3.group(2):
+            at = keras3.start()
     if at < 0:
         end = window.rfind("=]", last.start())  # only a full Keras bar has no ">" or "." before its "]"
         start = window.rfind("[", last.start(), end) if end >= 0 else -1

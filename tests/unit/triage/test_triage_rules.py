@@ -867,3 +867,15 @@ def test_opennmts_step_report_is_progress_and_its_last_step_ends_the_run() -> No
     assert _said(report(100, 100000) + "RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB\n") == "oom"
     # another tool's "Step N; acc" without OpenNMT's layout is not read as its report
     assert classify("Step 5 acc 0.5 done\n").state != "completed"
+
+
+def test_keras_3s_last_epoch_ends_the_run_by_its_count_not_its_bar() -> None:
+    """Keras 3's progress line draws the same glyph done or not (only its colour differs, and posted logs
+    often keep the colour codes without their ESC), so the last epoch is done when its count is k/k."""
+    full = "1875/1875 ━━━━━━━━━━━━━━━━━━━━ 5s 3ms/step - accuracy: 0.9901 - loss: 0.0312\n"
+    assert classify("Epoch 10/10\n" + full).state == "completed"
+    assert _said("Epoch 10/10\n[1m1875/1875[0m [32m━━━━━━━━━━━━━━━━━━━━[0m[37m[0m [1m5s[0m 3ms/step - loss: 0.03\n") == "completed"
+    assert _said("Epoch 10/10\n\x1b[1m1875/1875\x1b[0m \x1b[32m━━━━━━━━━━━━━━━━━━━━\x1b[0m\x1b[37m\x1b[0m 3ms/step - loss: 0.03\n") == "completed"
+    assert _said("Epoch 9/10\n" + full) == "progressing"
+    assert _said("Epoch 10/10\n 231/1875 ━━━━━━━━━━━━━━━━━━━━ 1s 3ms/step - loss: 0.0312\n") == "progressing"
+    assert _said("Epoch 10/10\n[1m1200/1875[0m [32m━━━━━━━━━━━━[0m[37m━━━━━━━━[0m [1m5s[0m 3ms/step - loss: 0.03\n") == "progressing"
