@@ -94,7 +94,7 @@ MAX_STANDBY_HOSTS = 4
 _TRAIN_REQUIRED = ("base_model", "task", "train_file", "max_steps", "checkpoint_every", "seed",
                    "learning_rate", "batch_size", "max_seq_len", "lora", "quantization")
 _TRAIN_OPTIONAL = ("eval_file", "lr_schedule", "warmup_steps", "grad_accum", "max_grad_norm",
-                   "keep_checkpoints", "log_every", "status_every_s")
+                   "keep_checkpoints", "log_every", "status_every_s", "deterministic")
 _TRAIN_INTS = ("max_steps", "checkpoint_every", "seed", "batch_size", "max_seq_len", "warmup_steps", "grad_accum",
                "keep_checkpoints", "log_every")
 _TRAIN_CHOICES = {"task": ("causal_lm", "classification"), "lr_schedule": ("constant", "linear", "cosine"),
@@ -307,6 +307,9 @@ def parse_job_text(text: str, *, source: str = "<job>", base_dir: str | Path = "
         if key in train:
             c.number(train[key], f"train.{key}", minimum=0 if key in ("seed", "warmup_steps") else 1, integer=True)
     c.number(train["learning_rate"], "train.learning_rate", minimum=0)
+    if "deterministic" in train and not isinstance(train["deterministic"], bool):
+        raise c.fail("train.deterministic", f"{train['deterministic']!r} is not true or false",
+                     "write `deterministic: true` (bit-identical resumes on a GPU, slower) or leave it out")
     for key, choices in _TRAIN_CHOICES.items():
         if key in train and train[key] not in choices:
             raise c.fail(f"train.{key}", f"{train[key]!r} is not one of {', '.join(choices)}", f"use one of {', '.join(choices)}")

@@ -57,6 +57,7 @@ class JobSpec:
     keep_checkpoints: int = 3
     log_every: int = 1
     status_every_s: float = 5.0
+    deterministic: bool = False
     job_dir: Path = field(default=Path("."), compare=False)
 
     def resolve(self, rel: str) -> Path:
@@ -74,7 +75,7 @@ class JobSpec:
 _REQUIRED = ("base_model", "task", "train_file", "max_steps", "checkpoint_every", "seed",
              "learning_rate", "batch_size", "max_seq_len", "lora", "quantization")
 _OPTIONAL = ("eval_file", "lr_schedule", "warmup_steps", "grad_accum", "max_grad_norm",
-             "keep_checkpoints", "log_every", "status_every_s")
+             "keep_checkpoints", "log_every", "status_every_s", "deterministic")
 _LORA_FIELDS = ("r", "alpha", "dropout", "target_modules")
 _LORA_REQUIRED = ("r", "alpha", "target_modules")
 
@@ -103,6 +104,12 @@ def _str(name: str, value: Any, *, choices: tuple[str, ...] | None = None) -> st
         raise JobError(name, f"must be a non-empty string, got {value!r}")
     if choices is not None and value not in choices:
         raise JobError(name, f"must be one of {', '.join(choices)}, got {value!r}")
+    return value
+
+
+def _bool(name: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise JobError(name, f"must be true or false, got {value!r}")
     return value
 
 
@@ -161,6 +168,7 @@ def parse_job(raw: Any, *, job_dir: Path) -> JobSpec:
         keep_checkpoints=_int("keep_checkpoints", raw.get("keep_checkpoints", 3), minimum=1),
         log_every=_int("log_every", raw.get("log_every", 1), minimum=1),
         status_every_s=_float("status_every_s", raw.get("status_every_s", 5.0), minimum=0.1, maximum=10.0),
+        deterministic=_bool("deterministic", raw.get("deterministic", False)),
         job_dir=job_dir,
     )
     if spec.warmup_steps > spec.max_steps:

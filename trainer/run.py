@@ -104,6 +104,12 @@ class _Run:
             self.pusher = load_pusher(spec.job_dir)
         except PushError as e:
             self.log.event("push_disabled", reason=str(e))
+        if spec.deterministic:
+            # Before CUDA starts: cuBLAS reads its workspace size once. With both set, a GPU's own
+            # kernels repeat themselves (memory-efficient attention's backward, for one, does not
+            # by default), so a resumed run is bit-identical on the same GPU model and software.
+            os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+            torch.use_deterministic_algorithms(True)
         torch.manual_seed(spec.seed)
         random.seed(spec.seed)
         rows = read_rows(spec.resolve(spec.train_file), task=spec.task)
@@ -362,7 +368,8 @@ def run_job(job_dir: Path, *, max_seconds: float | None = None, slice_steps: int
         status = StatusFile(job_dir / "status.json", max_steps=spec.max_steps, every_s=spec.status_every_s)
         status.start()
         log.event("start", pid=os.getpid(), task=spec.task, quantization=spec.quantization,
-                  max_steps=spec.max_steps, max_seconds=max_seconds if max_seconds is not None else "-")
+                  max_steps=spec.max_steps, max_seconds=max_seconds if max_seconds is not None else "-",
+                  deterministic=str(spec.deterministic).lower())
         run = _Run(spec, log, status, started=started, max_seconds=max_seconds, slice_steps=slice_steps)
         try:
             run.load()

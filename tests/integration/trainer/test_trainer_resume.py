@@ -38,6 +38,28 @@ def test_causal_nf4_resumed_over_slices_equals_uninterrupted(tmp_path: Path, tin
 
 
 @pytest.mark.slow
+def test_a_deterministic_job_turns_on_torchs_deterministic_kernels_and_resumes_exactly(
+        tmp_path: Path, tiny_model: Path) -> None:
+    """`deterministic: true` is what made a resumed run bit-identical on an H200 (bench/gpu.py);
+    on the CPU it must run the same NF4 job, say so in train.log, and still resume exactly."""
+    import torch
+
+    fields = {"max_steps": 4, "checkpoint_every": 2, "deterministic": True}
+    whole = write_causal_job(tmp_path / "whole", base_model=tiny_model, **fields)
+    sliced = write_causal_job(tmp_path / "sliced", base_model=tiny_model, **fields)
+    try:
+        assert run_job(whole) == EXIT_FINISHED
+        assert torch.are_deterministic_algorithms_enabled()
+        assert [run_job(sliced, slice_steps=2) for _ in range(2)] == [EXIT_CAP, EXIT_FINISHED]
+    finally:
+        torch.use_deterministic_algorithms(False)
+    assert _max_abs_diff(whole, sliced) == 0.0
+    starts = [p[2] for p in map(parse_line, (sliced / "train.log").read_text().splitlines())
+              if p is not None and p[1] == "start"]
+    assert [s["deterministic"] for s in starts] == ["true", "true"]
+
+
+@pytest.mark.slow
 def test_classification_nf4_resume_equals_uninterrupted(tmp_path: Path) -> None:
     """A MiniLM NF4 classification run resumed at a checkpoint equals the uninterrupted run (head included)."""
     fields = {"max_steps": 4, "checkpoint_every": 2, "batch_size": 4}

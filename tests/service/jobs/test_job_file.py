@@ -62,6 +62,8 @@ def test_a_good_file_parses_into_requirements(jobdir: Path) -> None:
         ("  train_file: train.jsonl", "  train_file: missing.jsonl", 5, "train.train_file", "does not exist"),
         ("  lora: {r: 8, alpha: 16, target_modules: [q_proj, v_proj]}", "  lora: {r: 0, alpha: 16, target_modules: [q]}", 12,
          "train.lora.r", "at least 1"),
+        ("  max_steps: 20", "  max_steps: 20\n  deterministic: yes please", 7, "train.deterministic",
+         "not true or false"),
     ],
 )
 def test_errors_name_line_and_field(jobdir: Path, old: str, new: str, line: int, field: str, words: str) -> None:

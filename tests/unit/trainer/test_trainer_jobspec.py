@@ -49,6 +49,8 @@ def test_valid_job_gets_defaults_for_optional_fields(tmp_path: Path) -> None:
         ({"base_model": "nowhere"}, "base_model"),
         ({"warmup_steps": 11}, "warmup_steps"),
         ({"batch_size": True}, "batch_size"),
+        ({"deterministic": "yes"}, "deterministic"),
+        ({"deterministic": 1}, "deterministic"),
     ],
 )
 def test_bad_field_is_named(tmp_path: Path, changes: dict[str, Any], field: str) -> None:
