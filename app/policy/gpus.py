@@ -6,14 +6,15 @@ Vendors spell the same card many ways: Vast says `RTX 4090`, RunPod `NVIDIA GeFo
 maps all of them to one key so the preflight can check that the host is what the offer said.
 
 `EXPECTED_TFLOPS_BF16` is what a healthy card of that model should reach on the preflight's timed
-4096x4096 bf16 matmul (FP32 accumulate, as torch does it). Each entry is the datasheet's dense
-(non-sparse) bf16 tensor peak with FP32 accumulate, times `ACHIEVED_FRACTION`. That fraction is 1.0
-for now, the convention the simulated marketplace reports in (`providers/sim/observe.py`: a
-healthy card reports its datasheet figure times its `tflops_factor`). On real hardware a
-4096-square matmul reaches less than the datasheet peak (consumer Ampere/Ada cards come close;
-Hopper reaches perhaps 60-75%), so this fraction MUST be recalibrated per model from measured
-preflights before the 85% floor is trusted on a real marketplace, or healthy H100s will read as
-throttled. Until then a real deployment can pass `expected_tflops` to the judgement.
+4096x4096 bf16 matmul (FP32 accumulate, as torch does it). Measured on the card where we could:
+`MEASURED_PREFLIGHT_TFLOPS_BF16`, from `bench/gpu.py` (an H200 reached 72% of its datasheet's dense
+peak, so the datasheet alone judged every healthy H200 `throttled`, 709 < 0.85 x 989.5). A card
+of a measured processor family takes that family's measured fraction of its own datasheet peak
+(the H100s: same processor as the H200). Every other card is expected at its datasheet peak times
+`ACHIEVED_FRACTION` (1.0), the convention the simulated marketplace reports in
+(`providers/sim/observe.py`: a healthy card reports this table's figure times its
+`tflops_factor`). Consumer Ampere/Ada cards come close to their peak on this matmul; until a card
+is measured, a real deployment can pass `expected_tflops` to the judgement.
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ __all__ = [
     "ACHIEVED_FRACTION",
     "DATASHEET_PEAK_TFLOPS_BF16",
     "EXPECTED_TFLOPS_BF16",
+    "FAMILY_ACHIEVED_FRACTION",
+    "MEASURED_PREFLIGHT_TFLOPS_BF16",
     "canonical_gpu",
     "expected_tflops_bf16",
     "same_gpu",
@@ -63,8 +66,29 @@ DATASHEET_PEAK_TFLOPS_BF16: dict[str, float] = {
     "H200": 989.5,
 }
 
+# The preflight's own figure on a healthy card (`python -m trainer preflight`, 4096, the TFLOP/s it
+# prints), run by `bench/gpu.py`:
+MEASURED_PREFLIGHT_TFLOPS_BF16: dict[str, float] = {
+    # One NVIDIA H200 (143,771 MiB, driver 580.159.04, torch 2.11.0+cu130, power limit 700 W, max SM
+    # clock 1,980 MHz), 2026-12-04: 705.9, 709.2 and 713.6 in three preflights (718.4 at 8192).
+    # The median.
+    "H200": 709.2,
+}
+
+# Models of one processor reach one fraction of their datasheet peak on the same matmul. The H100
+# SXM is the H200's processor at the same clock and power limit (the H200 differs in memory, which
+# does not bound a 4096 matmul: 1,365 FLOP per byte, above the ~295 where an H100 turns
+# memory-bound); the H100 PCIe is the same processor power-limited, so its datasheet peak is
+# already lower. Inferred from the H200's measurement, not measured on those cards.
+_HOPPER = ("H100 SXM", "H100 PCIE", "H200")
+FAMILY_ACHIEVED_FRACTION: dict[str, float] = {
+    name: MEASURED_PREFLIGHT_TFLOPS_BF16["H200"] / DATASHEET_PEAK_TFLOPS_BF16["H200"] for name in _HOPPER
+}
+
 EXPECTED_TFLOPS_BF16: dict[str, float] = {
-    name: round(peak * ACHIEVED_FRACTION, 1) for name, peak in DATASHEET_PEAK_TFLOPS_BF16.items()
+    name: MEASURED_PREFLIGHT_TFLOPS_BF16.get(
+        name, round(peak * FAMILY_ACHIEVED_FRACTION.get(name, ACHIEVED_FRACTION), 1))
+    for name, peak in DATASHEET_PEAK_TFLOPS_BF16.items()
 }
 
 _NOISE = re.compile(r"\b(nvidia|geforce|tesla|\d+\s?gb|hbm\d?e?|gddr\d\w*)\b")

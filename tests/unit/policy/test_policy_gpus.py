@@ -46,3 +46,16 @@ def test_expected_tflops_known_and_unknown() -> None:
     """Known models have an expected figure; an unknown model has none."""
     assert expected_tflops_bf16("NVIDIA GeForce RTX 4090") == pytest.approx(165.2)
     assert expected_tflops_bf16("Tesla V100-SXM2-16GB") is None
+
+
+def test_hopper_cards_are_expected_at_what_the_preflight_measured_not_their_datasheet() -> None:
+    """The H200 was measured (709.2 against 989.5 on its datasheet); the H100s share its processor
+    and take the same fraction of their own datasheet peaks. Cards never measured keep theirs."""
+    from app.policy.gpus import DATASHEET_PEAK_TFLOPS_BF16, MEASURED_PREFLIGHT_TFLOPS_BF16
+
+    assert expected_tflops_bf16("NVIDIA H200") == MEASURED_PREFLIGHT_TFLOPS_BF16["H200"] == pytest.approx(709.2)
+    assert expected_tflops_bf16("NVIDIA H100 80GB HBM3") == pytest.approx(709.2)
+    fraction = 709.2 / 989.5
+    assert expected_tflops_bf16("NVIDIA H100 PCIe") == pytest.approx(DATASHEET_PEAK_TFLOPS_BF16["H100 PCIE"] * fraction,
+                                                                    abs=0.05)
+    assert expected_tflops_bf16("NVIDIA A100-SXM4-80GB") == DATASHEET_PEAK_TFLOPS_BF16["A100 SXM4"]

@@ -63,3 +63,31 @@ def test_unreachable_verdicts() -> None:
     """No report at all is ssh_unreachable or timeout, as the driver saw it."""
     assert unreachable("timeout", "no answer in 180s").failure == "timeout"
     assert not unreachable("ssh_unreachable", "refused").passed
+
+
+# The JSON lines `python -m trainer preflight` printed on two healthy NVIDIA H200s (bench/gpu.py,
+# 2026-12-04): the fastest and slowest of six 4096 runs.
+H200_MEASURED = [
+    '{"ok": true, "cuda_initialised": true, "gpu_name": "NVIDIA H200", "vram_gb": 139.8, "driver": "580.159.04", '
+    '"cuda": "13.0", "matmul_finite": true, "tflops_bf16": 713.612, "error": null, "simulated": false}',
+    '{"ok": true, "cuda_initialised": true, "gpu_name": "NVIDIA H200", "vram_gb": 139.8, "driver": "580.159.04", '
+    '"cuda": "13.0", "matmul_finite": true, "tflops_bf16": 683.749, "error": null, "simulated": false}',
+]
+
+
+@pytest.mark.parametrize("line", H200_MEASURED)
+def test_a_healthy_h200s_real_preflight_passes(line: str) -> None:
+    """Judged against the datasheet alone (989.5 dense), both real H200s read as throttled (72%,
+    69%): the table's H200 figure is what the preflight measured, so healthy ones pass."""
+    import json
+
+    r = PreflightReport.from_mapping(json.loads(line))
+    v = judge_preflight(r, offered_gpu_name="H200", offered_gpu_ram_gb=141)
+    assert v.passed, v.evidence
+    assert judge_preflight(r, offered_gpu_name="H200", offered_gpu_ram_gb=141,
+                           expected_tflops=989.5).failure == "throttled"
+
+
+def test_an_h200_at_three_quarters_of_its_measured_speed_is_throttled() -> None:
+    slow = report(gpu_name="NVIDIA H200", vram_gb=139.8, tflops_bf16=0.75 * 709.2)
+    assert judge(slow, gpu="H200", ram=141) == "throttled"
