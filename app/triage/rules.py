@@ -1417,6 +1417,21 @@ def _final_onmt_step(line: str) -> tuple[str, ...] | None:
     return (line.strip()[:_EVIDENCE_CHARS],) if int(m.group(1)) == int(m.group(2)) >= 1 else None
 
 
+# OpenMMLab's iteration-based runs log the train iteration over max_iters: mmengine's LogProcessor
+# "Iter(train) [80000/80000]  base_lr: ..." (the count right-justified: "[  50/80000]"), mmcv 1.x's
+# TextLoggerHook "Iter [80000/80000]\tlr: ...". The runner stops at max_iters, so the report of that
+# iteration is the run's last (a validation and a checkpoint may follow it).
+_MM_ITER = re.compile(r"\bIter(?:\(train\))? \[ *(\d+)/(\d+)\]")
+
+
+def _final_mm_iter(line: str) -> tuple[str, ...] | None:
+    """(line,) when it is an OpenMMLab train iteration report at max_iters (`_MM_ITER`), else None."""
+    m = _MM_ITER.search(line) if "Iter" in line else None
+    if m is None:
+        return None
+    return (line.strip()[:_EVIDENCE_CHARS],) if int(m.group(1)) == int(m.group(2)) >= 1 else None
+
+
 def _final_step_bar(line: str) -> tuple[str, ...] | None:
     """(line,) when it holds a full bar over the run's steps (`_FULL_BAR`), else None."""
     if "100%|" not in line:
@@ -1568,7 +1583,7 @@ def _decide(
         # The step counter is read on the last progress line and on the last line: LLaMA-Factory's
         # last trainer_log entry has "loss": null, so it is no progress line, but it holds the count.
         final = (_final_epoch_done(*end) or _final_batch_done(progress_line) or _final_steps_done(progress_line)
-                 or _final_steps_done(end[0][end[0].rstrip().rfind("\n") + 1 :]) or _final_step_bar(progress_line) or _final_onmt_step(progress_line)
+                 or _final_steps_done(end[0][end[0].rstrip().rfind("\n") + 1 :]) or _final_step_bar(progress_line) or _final_onmt_step(progress_line) or _final_mm_iter(progress_line)
                  or _final_eval_block(end[0]))
         if final is not None:
             return Verdict("completed", 0.8, final, "final-epoch-done", "completed")

@@ -869,6 +869,24 @@ def test_opennmts_step_report_is_progress_and_its_last_step_ends_the_run() -> No
     assert classify("Step 5 acc 0.5 done\n").state != "completed"
 
 
+def test_openmmlabs_iteration_report_at_max_iters_ends_the_run() -> None:
+    """Written from mmengine's LogProcessor ("Iter(train) [  50/80000]  base_lr: ...", the count
+    right-justified) and mmcv 1.x's TextLoggerHook ("Iter [N/M]\tlr: ..."): the runner stops at
+    max_iters, so that iteration's report is the last, whatever validation and saving follow it."""
+    def mmengine(mode: str, it: int, total: int) -> str:
+        return (f"12/04 15:00:20 - mmengine - INFO - Iter({mode}) [{it:>{len(str(total))}}/{total}]  base_lr: 1.0000e-04 "
+                f"lr: 1.0000e-06  eta: 0:00:00  time: 0.4100  data_time: 0.0100  memory: 9876  loss: 0.1200\n")
+    val = "12/04 15:01:03 - mmengine - INFO - Iter(val) [500/500]    eta: 0:00:00  time: 0.0600  memory: 1234\n"
+    save = "12/04 15:00:20 - mmengine - INFO - Saving checkpoint at 80000 iterations\n"
+    assert _said(mmengine("train", 79950, 80000) + mmengine("train", 80000, 80000) + save + val) == "completed"
+    assert _said(mmengine("train", 50, 80000) + save + val) == "progressing"
+    assert _said(mmengine("train", 80000, 80000) + "RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB\n") == "oom"
+    mmcv = "2021-03-01 10:00:00,000 - mmseg - INFO - Iter [{}/160000]\tlr: 1.000e-04, eta: 0:00:00, time: 0.300, loss: 0.1000\n"
+    assert _said(mmcv.format(160000)) == "completed"
+    assert _said(mmcv.format(16000)) == "progressing"
+    assert _said(mmcv.format(16000), idle=7200) == "stalled"
+
+
 def test_keras_3s_last_epoch_ends_the_run_by_its_count_not_its_bar() -> None:
     """Keras 3's progress line draws the same glyph done or not (only its colour differs, and posted logs
     often keep the colour codes without their ESC), so the last epoch is done when its count is k/k."""
