@@ -203,6 +203,12 @@ _BATCH_AIMS: tuple[tuple[str, str], ...] = (
     ("hundred-and-third", "an ordinary sample of RL on LLMs, 2024-26: verl, OpenRLHF PPO, trl PPO/GRPO, ..."),
     ("hundred-and-fourth", "an ordinary sample of image classification on custom datasets: ResNet, ViT, EfficientNet, ..."),
     ("hundred-and-fifth", "an ordinary sample of threads opened in 2025-26 (a fourth round, at the end of the search budget)"),
+    ("hundred-and-sixth", "an ordinary sample of threads opened in 2022-23"),
+    ("hundred-and-seventh", "an ordinary sample of graph, molecule and recommendation models: PyG, DGL, TorchRec, OpenFold, ..."),
+    ("hundred-and-eighth", "an ordinary sample of LoRA/QLoRA fine-tuning of LLMs on one or two consumer GPUs, 2023-26"),
+    ("hundred-and-ninth", "an ordinary sample of TensorFlow/Keras and JAX/Flax training, 2019-26"),
+    ("hundred-and-tenth", "an ordinary sample of self-supervised and contrastive pretraining: MoCo, DINO, open_clip, MAE, ..."),
+    ("hundred-and-eleventh", "an ordinary sample of audio, music and speech-enhancement training outside ASR: demucs, encodec, ..."),
 )
 
 
