@@ -578,8 +578,11 @@ _rule("nccl-invalid-call", "cuda_fault", 91, ("nccl error in:", "ncclinvalid"),
       r"NCCL error in: \S+, invalid (?:argument|usage)\b|\bnccl(?:InvalidArgument|InvalidUsage)\b", confidence=0.9)
 _rule("nccl-warn", "cuda_fault", 60, "nccl warn", r"NCCL WARN .{0,60}(?:error|fail|could not|cannot|unable)", soft=True,
       confidence=0.7)  # ("Could not find real path of /sys/class/pci_bus/...": its topology probe, at init)
-_rule("sigbus-gpu", "cuda_fault", 50, ("segmentation", "segmentation fault", "sigsegv", "core dumped"),
-      r"Segmentation fault|SIGSEGV|Fatal Python error: Segmentation", confidence=0.55)
+_rule("sigbus-gpu", "cuda_fault", 50, ("segmentation", "segmentation fault", "sigsegv", "core dumped", "0xc0000005",
+                                       "code -1073741819", "code 3221225477"),
+      r"Segmentation fault|SIGSEGV|Fatal Python error: Segmentation"
+      # Windows' segfault, STATUS_ACCESS_VIOLATION, as IDEs and shells report the exit code (signed or not)
+      r"|\b0xC0000005\b|\bcode -1073741819\b|\bcode 3221225477\b", confidence=0.55)
 
 # --- stalled: collective/watchdog/rendezvous timeouts ------------------------------------------
 _rule("nccl-watchdog", "stalled", 92, ("before timing out", "watchdog", "timed out", "timeout", "heartbeat",
@@ -636,14 +639,17 @@ _rule("disk-full", "io_error", 96, ("disk is full", "no space left", "errno 28",
       r"|Not enough disk space\b")  # HF datasets, before it downloads or prepares a dataset
 _rule("permission", "io_error", 80, ("permission denied", "errno 13]"),
       r"PermissionError: \[Errno 13\]|\[Errno 13\] Permission denied", confidence=0.85)
-_rule("write-failed", "io_error", 95, ("write incomplete", "too many open files", "errno 24]", "pytorchstreamwriter", "errno 116]", "file write failed", "unexpected pos", "read-only file system", "input/output error", "stale file handle", "errno 5]", "errno 30]", "errno 122]", "winerror 32]", "error while serializing: ioerror", "errno 39]", "tmp-checkpoint-"),
+_rule("write-failed", "io_error", 95, ("write incomplete", "too many open files", "errno 24]", "pytorchstreamwriter", "errno 116]", "file write failed", "unexpected pos", "read-only file system", "input/output error", "stale file handle", "errno 5]", "errno 30]", "errno 122]", "winerror 32]", "error while serializing: ioerror", "errno 39]", "tmp-checkpoint-", "errno 17] file exists:"),
       r"file write failed|PytorchStreamWriter failed|unexpected pos \d+ vs \d+|Read-only file system"
       # Errno 39 (ENOTEMPTY): the Trainer's rename of tmp-checkpoint-* onto a checkpoint dir that exists
       r"|Input/output error|\[Errno (?:5|30|122|116|24|39)\]|Stale file handle|Too many open files"
       r"|FileStream\.Write incomplete|\[WinError 32\]"  # WinError 32: the file is held by another process
       r"|Error while serializing: IoError"  # safetensors' save_file, on the OS's write error
       # the Trainer's staging dir vanished under it while saving (only its save makes tmp-checkpoint-N)
-      r"|No such file or directory: '[^'\n]*tmp-checkpoint-\d+")
+      r"|No such file or directory: '[^'\n]*tmp-checkpoint-\d+"
+      # a checkpoint's own (staging) directory already there as the save creates it: Orbax's async save
+      # (".../30000.orbax-checkpoint-tmp-0"), a save racing a leftover from a killed run
+      r"|\[Errno 17\] File exists: '[^'\n]*(?:checkpoint|ckpt)")
 _rule("ckpt-save-failed", "io_error", 85, ("to save", "to write", "checkpoint save", "checkpoint write", "checkpoint upload", "error saving", "error writing"),
       r"(?:failed|unable|could not) to (?:save|write) (?:the )?(?:checkpoint|model|state|adapter)"
       r"|Error writing (?:\(tmp\) )?checkpoint"
@@ -801,6 +807,11 @@ _rule("file-missing", "data_error", 70, ("isadirectoryerror", "notadirectoryerro
 # tokenizer, so every such sample's labels are masked out and the run learns nothing.
 _rule("tokenization-mismatch", "data_error", 50, ("tokenization mismatch",),
       r"\btokenization mismatch: \d+ vs\. \d+", confidence=0.8)
+# unsloth refusing to train on tokens whose embeddings were never trained (reserved or special tokens
+# in the data, with a base model's untrained rows): the data or the choice of model, not the numbers
+# (its message says they would cause NaNs). Its benign form ("... Setting them to the mean") stays quiet.
+_rule("untrained-tokens", "data_error", 55, ("untrained tokens of",),
+      r"\bUntrained tokens of \[.*\] found, but embed_tokens & lm_head not trainable", confidence=0.85)
 _rule("python-bug", "data_error", 40, ("error:", "exception:", "assertionerror"),
       r"^[ \t]*\S*(?:KeyError|ValueError|TypeError|IndexError|AttributeError|AssertionError|NameError"
       r"|ZeroDivisionError|NotImplementedError|RecursionError|UnboundLocalError|LookupError)\b:?",
@@ -815,7 +826,8 @@ _rule("error-words", "data_error", 25, ("fatal", "error", "abort", "failed", "cr
       # workerpool0-0  ..."): Vertex AI tags everything a job writes to stderr (progress bars too) ERROR
       r"^(?![^\n]*warn)(?!w\d{4} |[\d-]+ [\d:.]+: w )"
       r"(?:error\s+\d{4}-\d\d-\d\d[ t]\d\d:\d\d:\d\d[.,\d]*(?:\s*(?:[+-]\d{4}|z|utc))?\s)?+"
-      r"[^\n]*?\b(?:fatal|error|aborting|aborted|failed|crashed|exception)\b",
+      # (not a metric named so: HiFi-GAN's "Mel-Spec. Error : 0.407")
+      r"[^\n]*?\b(?:fatal|error(?![ \t]*:[ \t]*[-+]?\d+\.\d)|aborting|aborted|failed|crashed|exception)\b",
       soft=True, confidence=0.4)
 _rule("abort", "cuda_fault", 35, ("aborted (core dumped)", "sigabrt", "terminate called"),
       r"Aborted \(core dumped\)|SIGABRT|terminate called after throwing", confidence=0.45)
@@ -866,9 +878,19 @@ def _upbeat_line_text(line: str) -> bool:
 
 # Match checks that depend only on the match's line, as line predicates: a line that fails one
 # is skipped before the rule's regex runs (the checks stay the definition).
+def _step_dict_text(line: str) -> bool:
+    return "'loss':" in line or '"loss":' in line
+
+
+def _off_step_dict(m: re.Match[str]) -> bool:
+    """The match's line logs no step's own 'loss' (a closing summary logs 'train_loss')."""
+    return not _step_dict_text(_match_line(m))
+
+
 _LINE_CHECKS: dict[Callable[[re.Match[str]], bool], Callable[[str], bool]] = {
     _on_failing_line: _failing_line_text,
     _on_upbeat_line: _upbeat_line_text,
+    _off_step_dict: lambda line: not _step_dict_text(line),
 }
 
 
@@ -930,14 +952,14 @@ _semantic("sem-data", "data_error", 56,
 
 # --- completed ------------------------------------------------------------------------------------
 _rule("completed", "completed", 50,
-      ("training is", "run is", "run complete", "completed in", "optimizer stripped", "exits successfully", "early stop", "run done", "final adapter saved", "training completed", "train_runtime", "train metrics", "training complete", "stopped:", "after training is done", "finished training", "training finished", "training done", "run finished", "saving final", "final model saved", "status: completed", "done training", "finished step=", "steps reached", "epochs reached", "iterations reached", "finish train", "shrink model to", "bestiteration =", "best iteration",
+      ("training is", "run is", "run complete", "completed in", "optimizer stripped", "exits successfully", "early stop", "run done", "final adapter saved", "training completed", "train metrics", "training complete", "stopped:", "after training is done", "finished training", "training finished", "training done", "run finished", "saving final", "final model saved", "status: completed", "done training", "finished step=", "steps reached", "epochs reached", "iterations reached", "finish train", "shrink model to", "bestiteration =", "best iteration",
        "average val", "average test", "final val", "final test", "end time of running main", "saved final",
        "training was", "run was", "saving the final", "max epochs num!", "max frames num!", "*** best metric:",
        "saved pipeline to output directory", "train completed, best_metric", "key: avg_", "optimization done",
        "testing using ", "- f1-score (micro)", "optimization finished!", "loss for final step:", "eval metrics",
        "test metrics", "predict metrics", "eval results", "last_model_checkpoint: ", "reporting training success",
        "training job completed", "billable seconds: ", "fl finished in ", "epoch loaded: "),
-      r"Training completed\. Do not forget|Training Completed!|\btrain_runtime\b|\*{3,} train metrics \*{3,}"
+      r"Training completed\. Do not forget|Training Completed!|\*{3,} train metrics \*{3,}"
       r"|`Trainer\.fit` stopped: `max_(?:epochs|steps)=\d+` reached|\[after training is done\]"
       # (ESPnet: "was"; not one epoch's or step's end, as hand-written loops print it: "Training completed
       # for epoch 3", "Training done for epoch 3", "One epoch training finished")
@@ -984,6 +1006,10 @@ _rule("completed", "completed", 50,
       r"|^Key: avg_(?:train_prep|train_loss|eval_prep|eval_loss|epoch_time|checkpoint_time), Value: ",  # llama-recipes,
       # printing what train() returned
       confidence=0.95)
+# The Trainer's closing summary ({'train_runtime': ..., 'train_loss': ...}). unsloth's per-step dicts
+# carry train_runtime too, beside the step's own 'loss' (the summary's is 'train_loss').
+_rule("trainer-summary", "completed", 50, ("train_runtime",), r"\btrain_runtime\b", confidence=0.95,
+      check=_off_step_dict)
 # A run's closing summary (detectron2's hooks, DSSTNE). detectron2 prints it in a `finally`, after
 # an exception too, so it is completion only with no terminal failure before it (`_decide`).
 # The whole run's bar (not an epoch's) at N/N: gaussian-splatting's "Training progress", ...
@@ -1000,7 +1026,7 @@ _rule(_EXIT_SUMMARY_RULE, "completed", 50, ("real ", "real\t", "wall time: ", "f
       confidence=0.75)
 _rule(_SUMMARY_RULE, "completed", 50, ("total training time", "training time ", "training time: ", "best validation loss",
                                        "best model at step", "overall test ", " best validation ", "best valid :",
-                                       "best valid:", "final:"),
+                                       "best valid:", "final:", "training spent: "),
       r"(?<!estimated )(?<!remaining )\bTotal training time\b"
       # DETR's main() and the repos built on it (DeiT, MAE, DINO, ...), after the loop: str(timedelta), with
       # its days past 24 hours ("Training time 1 day, 8:12:40"); litgpt's (and its forks') as train() returns
@@ -1013,7 +1039,9 @@ _rule(_SUMMARY_RULE, "completed", 50, ("total training time", "training time ", 
       # RecBole's run_recbole, once fit() and evaluate() returned ("best valid : OrderedDict([...])")
       r"|\bbest valid ?: ?(?:OrderedDict\(|\{)"
       # a script's closing scores, numbers only (spaCy's train_ud.py: "Final:\t84.881\t81.538\t96.845")
-      r"|^Final:(?:[ \t]+\d+(?:\.\d+)?%?)+[ \t]*$",
+      r"|^Final:(?:[ \t]+\d+(?:\.\d+)?%?)+[ \t]*$"
+      # modelscope's KAN-TTS recipes, as each model's training returns ("SAMBERT training spent: 0.19 hours")
+      r"|\btraining spent: \d+(?:\.\d+)? (?:hours|minutes|seconds)\b",
       confidence=0.85)
 _rule("sem-completed", "completed", 50,
       ("done", "finish", "complete", "succeed", "success", "reached max", "exported", "stored", "written", "exit code 0"),
@@ -1042,6 +1070,8 @@ _PROGRESS_ALTERNATIVES = (
     r"\biter(?:ation)?\s+\d+\s*(?:/\s*\d+)?\s*[:|,]?\s*(?:loss|train loss|lm loss)",  # nanoGPT
     r"\biteration\s+\d+\s*/\s*\d+\s*\|",  # Megatron
     r"\b(?:step|iter)[=:\s]\s*\d+.{0,40}\b(?:loss|lr)\b",  # generic step/iter lines, DeepSpeed, Paddle
+    # HiFi-GAN's train.py and the many vocoders built on it: "Steps : 210005, Gen Loss Total : 25.663, ..."
+    r"^Steps : \d+, Gen Loss Total : [-+\d.]",
     r"\b(?:epoch|Epoch)\s*[:=]?\s*\d+.{0,60}\bloss\b",
     r"(?:\b|_|(?<=[a-z]))loss\s*[=:]\s*[-+\d.]|(?:\b|_)loss\s+\d+\.\d+",
     r"\bprogress:\s*\d+/\d+",  # mmf and other "progress: N/M" loggers
@@ -1483,6 +1513,34 @@ def _final_batch_done(line: str) -> tuple[str, ...] | None:
     return None
 
 
+# A tqdm bar that ended at zero: no total ("0it [00:00, ?it/s]") or an empty one ("0/0"). One such bar
+# may be a first draw that the next redraw replaces (a carriage return made a line of each draw); two
+# or more left as they were after the last real progress, epoch after epoch, are epochs that ran no
+# batch: an empty dataset (every sample filtered out, a wrong path that globbed nothing).
+_ZERO_BAR = re.compile(r"[ \t]*(?:[^|\n]{0,40}: *)?(?:0it \[00:00, \?it/s\]|0%\|[ \t]*\| 0/0 \[00:00<\?, \?it/s\])"
+                       r"[ \t]*$")
+_BAR_DRAW = re.compile(r"[ \t]*(?:[^|\n]{0,40}: *)?(?:\d+it \[|\d{1,3}%\|)")
+
+
+def _empty_epochs(text: str) -> tuple[str, ...] | None:
+    """Evidence of epochs that ran no batch: two or more bars left at zero (each not redrawn by the
+    line after it) after the last other progress line of `text`; else None."""
+    if "0it [00:00" not in text and "| 0/0 [" not in text:
+        return None
+    zeros: list[str] = []
+    after = ""  # the next non-empty line
+    for line in reversed(text.splitlines()):
+        if not line.strip():
+            continue
+        if _ZERO_BAR.match(line):
+            if not _BAR_DRAW.match(after):
+                zeros.append(line.strip())
+        elif _is_progress(line):
+            break
+        after = line
+    return tuple(reversed(zeros))[-2:] if len(zeros) >= 2 else None
+
+
 _LAZY_MAX_WEIGHT = max(r.weight for r in _RULES if r.lazy)
 
 
@@ -1577,6 +1635,9 @@ def _decide(
             return Verdict(UNSURE, best.rule.confidence, (best.line,), best.rule.name, best.rule.state)
         return verdict(best)
 
+    empty = _empty_epochs(end[0])
+    if empty is not None:
+        return Verdict("data_error", 0.7, empty, "empty-epochs", "data_error")
     if progress_pos >= 0:
         if guess == "stalled":
             return Verdict("stalled", 0.9, (idle_evidence, progress_line), "idle-after-progress", "stalled")
@@ -1839,14 +1900,15 @@ def _is_progress(line: str) -> bool:
         return _PROGRESS.search(line) is not None
     low = line.lower()
     loss = "loss" in low
-    (tqdm, hf, nano, megatron, step, epoch, bare_loss, progress, table, kv_table, tune_table, epoch_table, saving,
-     mxnet, boosting, mlagents, counters, darknet, onmt) = _PROGRESS_PARTS
+    (tqdm, hf, nano, megatron, step, hifigan, epoch, bare_loss, progress, table, kv_table, tune_table, epoch_table,
+     saving, mxnet, boosting, mlagents, counters, darknet, onmt) = _PROGRESS_PARTS
     return bool(
         ("%|" in low and tqdm.search(line))
         or ((loss or "grad_norm" in low or "learning_rate" in low) and hf.search(line))
         or (loss and "iter" in low and nano.search(line))
         or ("iteration" in low and megatron.search(line))
         or (("step" in low or "iter" in low) and (loss or "lr" in low) and step.search(line))
+        or ("gen loss total" in low and hifigan.search(line))
         or (loss and "epoch" in low and epoch.search(line))
         or (loss and bare_loss.search(line))
         or ("progress:" in low and progress.search(line))

@@ -135,24 +135,10 @@ KNOWN_MISSES = {
     "real-b97-mgdm-nan-3": "guided-diffusion's fp16 scaler skipping steps ('Found NaN, decreased lg_loss_scale to "
                            "14.9'), as it does at every start: that the scale never recovers is past the excerpt's "
                            "end (read as divergence once it falls below 2^0)",
-    "real-b106-clspytorch-exit0xc0000005-3": "Windows' access violation as an IDE reports the exit "
-                                             "('exit code -1073741819 (0xC0000005)'), not read as a segfault",
-    "real-b106-bertvits2-emptyepochs-11": "epochs whose bars end at 0 iterations ('0it [00:00, ?it/s]') one after "
-                                          "another: an empty dataset, read as no evidence",
-    "real-b108-unsloth-studio-qlora-vram-5752": "unsloth's per-step log dict carries 'train_runtime' beside 'loss', "
-                                                "read as the Trainer's closing summary",
     "real-b108-torchtune-llama3-lora-final-ckpt-877": "torchtune's per-epoch 'Model/Adapter checkpoint of size ... "
                                                       "saved': the last epoch's reads like any other's",
-    "real-b108-unsloth-llama31-reserved-tokens-1056": "unsloth's 'Untrained tokens of [...] found, but embed_tokens & "
-                                                      "lm_head not trainable' (tokens in the data) not read",
-    "real-b109-openpi-orbax-fileexists-566": "FileExistsError on an Orbax checkpoint's tmp dir read as a plain "
-                                             "exception, not a failed checkpoint write",
     "real-b110-bolts-simclr-fastdevrun-781": "Lightning's fast_dev_run: one full epoch bar, the last only because "
                                              "of a Trainer argument the log does not show",
-    "real-b111-pitchvc-steps-3": "HiFi-GAN's 'Steps : N, Gen Loss Total : x, Mel-Spec. Error : y' not read as "
-                                 "progress, and its 'Error' metric read as an error",
-    "real-b111-barkclone-sambert-52": "modelscope KAN-TTS's closing 'SAMBERT training spent: 0.19 hours' not read "
-                                      "as a run summary",
 }
 
 
