@@ -209,6 +209,12 @@ _BATCH_AIMS: tuple[tuple[str, str], ...] = (
     ("hundred-and-ninth", "an ordinary sample of TensorFlow/Keras and JAX/Flax training, 2019-26"),
     ("hundred-and-tenth", "an ordinary sample of self-supervised and contrastive pretraining: MoCo, DINO, open_clip, MAE, ..."),
     ("hundred-and-eleventh", "an ordinary sample of audio, music and speech-enhancement training outside ASR: demucs, encodec, ..."),
+    ("hundred-and-twelfth", "an ordinary sample of threads opened in 2020-21"),
+    ("hundred-and-thirteenth", "an ordinary sample of vision-language and multimodal fine-tuning: LLaVA, Qwen-VL, InternVL, ..."),
+    ("hundred-and-fourteenth", "an ordinary sample of reinforcement learning outside LLMs: stable-baselines3, RLlib, CleanRL, ..."),
+    ("hundred-and-fifteenth", "an ordinary sample of medical imaging and scientific ML: MONAI, nnU-Net, DeepXDE, weather models, ..."),
+    ("hundred-and-sixteenth", "an ordinary sample of runs on managed and notebook platforms: SageMaker, Vertex AI, Azure ML, Colab, ..."),
+    ("hundred-and-seventeenth", "an ordinary sample of small-model pretraining and distillation: nanoGPT, TinyLlama, ..."),
 )
 
 
