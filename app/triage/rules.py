@@ -655,7 +655,7 @@ _rule("ckpt-save-failed", "io_error", 85, ("to save", "to write", "checkpoint sa
       r"|Error writing (?:\(tmp\) )?checkpoint"
       r"|checkpoint (?:save|write|upload) failed|Error saving checkpoint", confidence=0.9)
 _rule("network", "io_error", 90, ("name or service", "no route", "chunkedencoding", "protocolerror", "aiohttp", "connect", "payload", "commerror", "run initialization", "timed out", "timeout", "name resolution", "getaddrinfo", "max retries", "ssl", "unreachable", "resolve", "reset by peer", "incompleteread", "broken pipe", "read operation timed out", "error: timed out", "timeout: timed out",
-                                    "urlopen error", "winerror 1006", "winerror 1005"),
+                                    "urlopen error", "winerror 1006", "winerror 1005", "transport endpoint"),
       r"(?<!Rendezvous)ConnectionError|ConnectTimeout|ConnectTimeoutError|ReadTimeout(?:Error)?|Read timed out"
       r"|Max retries exceeded|Failed to establish a new connection|Connection refused"
       r"|\bConnection error\.[ \t]*$"  # openai-python's APIConnectionError as a client logs it (not Ray's "exits with a connection error code")
@@ -667,7 +667,9 @@ _rule("network", "io_error", 90, ("name or service", "no route", "chunkedencodin
       r"|Connection timed out|Response payload is not completed|CommError|Run initialization has timed out"
       r"|The read operation timed out|(?:TimeoutError|socket\.timeout): timed out$"
       # urllib's wrapper of a socket error; Windows' socket errors (10060 timed out, 10054 reset, 10061 refused, ...)
-      r"|<urlopen error \[(?:WinError|Errno) \d+\]|\[WinError 100(?:5\d|6[01])\]",
+      r"|<urlopen error \[(?:WinError|Errno) \d+\]|\[WinError 100(?:5\d|6[01])\]"
+      # ENOTCONN: on a socket, the peer is gone; on a file, its network mount (Colab's Drive, s3fs, gcsfuse)
+      r"|\[Errno 107\] Transport endpoint is not connected",
       soft=True, confidence=0.95)
 _rule("http-error", "io_error", 88, ("gated repo", "is restricted", "server error", "client error", "hfhubhttperror", "httperror", "too many requests", "gateway", "service unavailable", "gatedrepoerror", "unauthorized", "forbidden"),
       r"\b5\d\d Server Error|\b429 Client Error|Too Many Requests|HfHubHTTPError|\bHTTPError\b"
@@ -1026,7 +1028,7 @@ _rule(_EXIT_SUMMARY_RULE, "completed", 50, ("real ", "real\t", "wall time: ", "f
       confidence=0.75)
 _rule(_SUMMARY_RULE, "completed", 50, ("total training time", "training time ", "training time: ", "best validation loss",
                                        "best model at step", "overall test ", " best validation ", "best valid :",
-                                       "best valid:", "final:", "training spent: "),
+                                       "best valid:", "final:", "training spent: ", "_finish"),
       r"(?<!estimated )(?<!remaining )\bTotal training time\b"
       # DETR's main() and the repos built on it (DeiT, MAE, DINO, ...), after the loop: str(timedelta), with
       # its days past 24 hours ("Training time 1 day, 8:12:40"); litgpt's (and its forks') as train() returns
@@ -1041,7 +1043,10 @@ _rule(_SUMMARY_RULE, "completed", 50, ("total training time", "training time ", 
       # a script's closing scores, numbers only (spaCy's train_ud.py: "Final:\t84.881\t81.538\t96.845")
       r"|^Final:(?:[ \t]+\d+(?:\.\d+)?%?)+[ \t]*$"
       # modelscope's KAN-TTS recipes, as each model's training returns ("SAMBERT training spent: 0.19 hours")
-      r"|\btraining spent: \d+(?:\.\d+)? (?:hours|minutes|seconds)\b",
+      r"|\btraining spent: \d+(?:\.\d+)? (?:hours|minutes|seconds)\b"
+      # ChainerRL's and pfrl's train_agent* once the loop ends, saving under "<step>_finish" (on an
+      # exception it saves "<step>_except" and raises)
+      r"|\bSaved the agent to \S*\d_finish\b",
       confidence=0.85)
 _rule("sem-completed", "completed", 50,
       ("done", "finish", "complete", "succeed", "success", "reached max", "exported", "stored", "written", "exit code 0"),

@@ -139,12 +139,8 @@ KNOWN_MISSES = {
                                                       "saved': the last epoch's reads like any other's",
     "real-b110-bolts-simclr-fastdevrun-781": "Lightning's fast_dev_run: one full epoch bar, the last only because "
                                              "of a Trainer argument the log does not show",
-    "real-b114-chainerrl-ckpt-finish-525": "ChainerRL's closing save 'Saved the agent to .../104_finish' not read as "
-                                           "the end of training",
     "real-b116-sm-imgcls-builtin-done-2746": "SageMaker's built-in image classifier saves a checkpoint every epoch: "
                                              "the last (Epoch[2] of 3) reads like any other",
-    "real-b116-piper-colab-drive-ckpt-311": "'[Errno 107] Transport endpoint is not connected' (a mounted Drive gone "
-                                            "while saving) read as a plain exception",
 }
 
 

@@ -944,3 +944,16 @@ def test_session_thirteen_fixes_from_batches_106_to_111() -> None:
     assert _said("INFO:root:Epoch 999 finished\n" + spent) == "completed"
     assert _said("Traceback (most recent call last):\nRuntimeError: CUDA error: an illegal memory access was "
                  "encountered\n" + spent) == "cuda_fault"
+
+
+def test_session_thirteen_second_round_fixes() -> None:
+    """From batches 112-117's dev halves, with their near misses."""
+    saved = "INFO:chainerrl.experiments.train_agent_batch:Saved the agent to results/20190820T214258.089467/{}\n"
+    assert _said(saved.format("80_checkpoint") + saved.format("100_checkpoint") + saved.format("104_finish")) == "completed"
+    assert _said(saved.format("80_checkpoint") + saved.format("100_checkpoint")) != "completed"
+    assert _said(saved.format("57_except") + "Traceback (most recent call last):\nKeyboardInterrupt\n") != "completed"
+    drive = ("Traceback (most recent call last):\n  File \"cloud_io.py\", line 68, in atomic_save\n"
+             "OSError: [Errno 107] Transport endpoint is not connected\n")
+    v = classify(drive)
+    assert v.state == "io_error" and v.action == "retry on the same host (network)"
+    assert classify("DEBUG:fsspec.local:open file: /content/drive/transport endpoint/last.ckpt\n").state != "io_error"
