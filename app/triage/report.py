@@ -215,6 +215,11 @@ _BATCH_AIMS: tuple[tuple[str, str], ...] = (
     ("hundred-and-fifteenth", "an ordinary sample of medical imaging and scientific ML: MONAI, nnU-Net, DeepXDE, weather models, ..."),
     ("hundred-and-sixteenth", "an ordinary sample of runs on managed and notebook platforms: SageMaker, Vertex AI, Azure ML, Colab, ..."),
     ("hundred-and-seventeenth", "an ordinary sample of small-model pretraining and distillation: nanoGPT, TinyLlama, ..."),
+    ("hundred-and-eighteenth", "an ordinary sample of threads opened in 2023-24"),
+    ("hundred-and-nineteenth", "an ordinary sample of embedding and retrieval model training: sentence-transformers, ColBERT, ..."),
+    ("hundred-and-twentieth", "an ordinary sample of pose, keypoint and tracking training: MMPose, YOLO pose, ByteTrack, ..."),
+    ("hundred-and-twenty-first", "an ordinary sample of singing and voice-conversion training: so-vits-svc, RVC, DiffSinger, ..."),
+    ("hundred-and-twenty-second", "an ordinary sample of code and math LLM fine-tuning (a third round)"),
 )
 
 
