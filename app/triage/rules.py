@@ -512,14 +512,17 @@ _rule("driver-mismatch", "cuda_fault", 96, ("not compatible with the current pyt
       r"|RmInitAdapter failed|Unable to determine the device handle|compute capability of at least")
 _rule("no-device", "cuda_fault", 96, ("no cuda gpus", "cuda-capable", "no_device", "nodevice", "not compiled with cuda",
                                       "cudagetdevicecount", "cuda unknown error", "invalid device ordinal",
-                                      "gpu is lost", "unavailable", "cuinit", "cuda initialization", "no visible gpu"),
+                                      "gpu is lost", "unavailable", "cuinit", "cuda initialization", "no visible gpu",
+                                      "cpu training is not allowed"),
       r"No CUDA GPUs are available|no CUDA-capable device is detected|CUDA_ERROR_NO_DEVICE"
       r"|cudaErrorNoDevice|CUDA-capable device\(s\) is/are busy or unavailable"
       r"|Torch not compiled with CUDA enabled|Unexpected error from cudaGetDeviceCount"
       r"|CUDA unknown error - this may be due to an incorrectly set up environment"
       r"|invalid device ordinal|GPU is lost|GPU (?:\d+ )?(?:is )?unavailable|cuInit\(\) failed"
       r"|CUDA initialization: .{0,80}(?:error|failed)|cudaErrorDevicesUnavailable"
-      r"|No visible GPU is found")  # XGBoost asked for a GPU that the process cannot see
+      r"|No visible GPU is found"  # XGBoost asked for a GPU that the process cannot see
+      # VITS' train.py and its many forks (so-vits-svc, Bert-VITS2, ...): assert torch.cuda.is_available()
+      r"|CPU training is not allowed")
 _rule("hw-unsupported", "cuda_fault", 93, ("ampere", "bf16", "bfloat16", "flashattention", "flash attention"),
       r"FlashAttention only supports Ampere GPUs or newer|Your setup doesn't support bf16"
       r"|bf16 \(?bfloat16\)? (?:is )?not supported|does not support bfloat16|requires (?:an )?Ampere")

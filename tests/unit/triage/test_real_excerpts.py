@@ -141,8 +141,6 @@ KNOWN_MISSES = {
                                              "of a Trainer argument the log does not show",
     "real-b116-sm-imgcls-builtin-done-2746": "SageMaker's built-in image classifier saves a checkpoint every epoch: "
                                              "the last (Epoch[2] of 3) reads like any other",
-    "real-b121-vitsft-cpu-not-allowed-22": "VITS' 'CPU training is not allowed.' (its assert that CUDA is available) "
-                                           "read as a Python bug, not as no device",
 }
 
 

@@ -947,7 +947,7 @@ def test_session_thirteen_fixes_from_batches_106_to_111() -> None:
 
 
 def test_session_thirteen_second_round_fixes() -> None:
-    """From batches 112-117's dev halves, with their near misses."""
+    """From batches 112-122's dev halves, with their near misses."""
     saved = "INFO:chainerrl.experiments.train_agent_batch:Saved the agent to results/20190820T214258.089467/{}\n"
     assert _said(saved.format("80_checkpoint") + saved.format("100_checkpoint") + saved.format("104_finish")) == "completed"
     assert _said(saved.format("80_checkpoint") + saved.format("100_checkpoint")) != "completed"
@@ -957,3 +957,9 @@ def test_session_thirteen_second_round_fixes() -> None:
     v = classify(drive)
     assert v.state == "io_error" and v.action == "retry on the same host (network)"
     assert classify("DEBUG:fsspec.local:open file: /content/drive/transport endpoint/last.ckpt\n").state != "io_error"
+    # VITS' assert that CUDA is available, in the forks that keep its words: no device, not a Python bug
+    vits = ('Traceback (most recent call last):\n  File "train.py", line 40, in main\n'
+            '    assert torch.cuda.is_available(), "CPU training is not allowed."\n'
+            "AssertionError: CPU training is not allowed.\n")
+    assert _said(vits) == "cuda_fault"
+    assert _said("Warning: CPU training is slow; use a GPU\n") != "cuda_fault"
