@@ -134,6 +134,30 @@ def campaign_in_money() -> None:
                   "training after 105 min; oracle = acts on every failure at the first instant it is observable.")
 
 
+def real_preflights() -> None:
+    """The preflight judgement on the reports two real H200s printed (bench/gpu.py, recorded)."""
+    from app.policy.gpus import DATASHEET_PEAK_TFLOPS_BF16
+    from app.policy.preflight import PreflightReport, judge_preflight
+
+    recorded = json.loads((REPO / "bench" / "results" / "gpu_h200_2026-12-04.json").read_text())
+    console.print("The preflight's expectations come from real GPUs: `python -m trainer preflight` as two lent "
+                  "NVIDIA H200s printed it, judged against an H200 offer (141 GB):")
+    table = Table()
+    for c in ("machine", "bf16 TFLOP/s", "verdict (table)", "verdict (datasheet 989.5, before)"):
+        table.add_column(c)
+    for run in ("run1", "run2"):
+        for pf in recorded[run]["preflight"]["runs"]:
+            if pf["size"] != 4096:
+                continue
+            report = PreflightReport.from_mapping(pf["report"])
+            now = judge_preflight(report, offered_gpu_name="H200", offered_gpu_ram_gb=141)
+            before = judge_preflight(report, offered_gpu_name="H200", offered_gpu_ram_gb=141,
+                                     expected_tflops=DATASHEET_PEAK_TFLOPS_BF16["H200"])
+            table.add_row(f"H200 #{run[-1]}", f"{report.tflops_bf16:.1f}", "pass" if now.passed else str(now.failure),
+                          "pass" if before.passed else str(before.failure))
+    console.print(table)
+
+
 def demo_trace() -> Path:
     """The smoke trace's four hosts (three liars, one healthy) plus four more healthy hosts: one per seed
     run, and some to recover onto."""
@@ -412,6 +436,7 @@ def main() -> None:
     console.print(Rule("[bold magenta]tuneharness demo"))
     marketplace_seam()
     campaign_in_money()
+    real_preflights()
     fleet_and_job()
     money_guardrails()
     ledger_integrity()
