@@ -40,7 +40,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from trainer.reporting import parse_line  # noqa: E402
+from trainer.reporting import steps_by_slice  # noqa: E402
 
 
 class GpuSampler:
@@ -124,25 +124,19 @@ def write_job(root: Path, *, model: Path, steps: int, checkpoint_every: int, bat
 
 def _step_rates(job: Path) -> dict[str, Any]:
     """steps/s and tokens/s between the first and last step line of each slice; final loss."""
-    steps, seconds, tokens, last_loss, startup = 0, 0.0, 0.0, None, []
-    block: list[dict[str, str]] = []
-    lines = [parse_line(x) for x in (job / "train.log").read_text().splitlines()] if (job / "train.log").is_file() else []
-    for p in [*lines, None]:
-        if p is None or p[1] == "start":
-            if len(block) >= 2:
-                n = int(block[-1]["step"]) - int(block[0]["step"])
-                dt = float(block[-1]["elapsed_s"]) - float(block[0]["elapsed_s"])
-                steps, seconds = steps + n, seconds + dt
-                tokens += sum(float(b["tokens_per_s"]) for b in block[1:]) / max(len(block) - 1, 1) * dt
-            if block:
-                startup.append(float(block[0]["elapsed_s"]))
-            block = []
-        elif p[1] == "step":
-            block.append(p[2])
-            last_loss = float(p[2]["loss"])
+    log = job / "train.log"
+    blocks = steps_by_slice(log.read_text()) if log.is_file() else []
+    steps, seconds, tokens = 0, 0.0, 0.0
+    for block in blocks:
+        if len(block) >= 2:
+            dt = float(block[-1]["elapsed_s"]) - float(block[0]["elapsed_s"])
+            steps += int(block[-1]["step"]) - int(block[0]["step"])
+            seconds += dt
+            tokens += sum(float(b["tokens_per_s"]) for b in block[1:]) / (len(block) - 1) * dt
     return {"steps_per_s": round(steps / seconds, 3) if seconds else None,
             "tokens_per_s": round(tokens / seconds, 1) if seconds else None,
-            "first_step_at_s": startup, "final_loss": last_loss}
+            "first_step_at_s": [float(block[0]["elapsed_s"]) for block in blocks],
+            "final_loss": float(blocks[-1][-1]["loss"]) if blocks else None}
 
 
 def _adapter_diff(a: Path, b: Path) -> float | None:

@@ -33,7 +33,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from trainer.reporting import parse_line  # noqa: E402
+from trainer.reporting import parse_line, steps_by_slice  # noqa: E402
 from trainer.testing import write_causal_job  # noqa: E402
 from trainer.tiny import write_tiny_causal_lm  # noqa: E402
 
@@ -126,16 +126,10 @@ def _restart_gaps(job: Path) -> list[float]:
 def _steps_per_s(job: Path) -> float:
     """Trainer steps/s between the first and the last step line of each slice (start-up excluded)."""
     steps, seconds = 0, 0.0
-    slice_steps: list[dict[str, str]] = []
-    lines = [parse_line(x) for x in (job / "train.log").read_text().splitlines()]
-    for p in [*lines, None]:
-        if p is None or p[1] == "start":
-            if len(slice_steps) >= 2:
-                steps += int(slice_steps[-1]["step"]) - int(slice_steps[0]["step"])
-                seconds += float(slice_steps[-1]["elapsed_s"]) - float(slice_steps[0]["elapsed_s"])
-            slice_steps = []
-        elif p[1] == "step":
-            slice_steps.append(p[2])
+    for block in steps_by_slice((job / "train.log").read_text()):
+        if len(block) >= 2:
+            steps += int(block[-1]["step"]) - int(block[0]["step"])
+            seconds += float(block[-1]["elapsed_s"]) - float(block[0]["elapsed_s"])
     return steps / seconds
 
 

@@ -20,7 +20,7 @@ from typing import Any
 
 from trainer.fsutil import atomic_write_json
 
-__all__ = ["PHASES", "StatusFile", "TrainLog", "format_line", "parse_line", "utc_stamp"]
+__all__ = ["PHASES", "StatusFile", "TrainLog", "format_line", "parse_line", "steps_by_slice", "utc_stamp"]
 
 PHASES = ("loading", "training", "checkpointing", "finished", "failed")
 
@@ -64,6 +64,20 @@ def parse_line(line: str) -> tuple[str, str, dict[str, str]] | None:
         fields[key] = str(value)
         i = end + 1
     return head[0], head[1], fields
+
+
+def steps_by_slice(text: str) -> list[list[dict[str, str]]]:
+    """The fields of train.log's `step` lines, one list per slice that logged any (each slice's
+    process begins with a `start` line): what the benchmarks read rates off."""
+    slices: list[list[dict[str, str]]] = [[]]
+    for parsed in map(parse_line, text.splitlines()):
+        if parsed is None:
+            continue
+        if parsed[1] == "start":
+            slices.append([])
+        elif parsed[1] == "step":
+            slices[-1].append(parsed[2])
+    return [steps for steps in slices if steps]
 
 
 class TrainLog:

@@ -881,21 +881,21 @@ def _upbeat_line_text(line: str) -> bool:
     return _UPBEAT_SPOILERS.search(line) is None
 
 
-# Match checks that depend only on the match's line, as line predicates: a line that fails one
-# is skipped before the rule's regex runs (the checks stay the definition).
-def _step_dict_text(line: str) -> bool:
-    return "'loss':" in line or '"loss":' in line
+def _off_step_dict_text(line: str) -> bool:
+    return "'loss':" not in line and '"loss":' not in line
 
 
 def _off_step_dict(m: re.Match[str]) -> bool:
     """The match's line logs no step's own 'loss' (a closing summary logs 'train_loss')."""
-    return not _step_dict_text(_match_line(m))
+    return _off_step_dict_text(_match_line(m))
 
 
+# Match checks that depend only on the match's line, as line predicates: a line that fails one
+# is skipped before the rule's regex runs (the checks stay the definition).
 _LINE_CHECKS: dict[Callable[[re.Match[str]], bool], Callable[[str], bool]] = {
     _on_failing_line: _failing_line_text,
     _on_upbeat_line: _upbeat_line_text,
-    _off_step_dict: lambda line: not _step_dict_text(line),
+    _off_step_dict: _off_step_dict_text,
 }
 
 

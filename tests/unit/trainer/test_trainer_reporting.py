@@ -66,3 +66,14 @@ def test_heartbeat_rewrites_status_without_progress(tmp_path: Path) -> None:
             break
     status.stop()
     assert moved
+
+
+def test_steps_by_slice_groups_step_lines_by_the_slice_that_logged_them() -> None:
+    """A `start` line begins a slice; slices that logged no step are left out; other lines are ignored."""
+    from trainer.reporting import format_line, steps_by_slice
+
+    lines = [format_line("start", {"pid": 1}), format_line("step", {"step": 1}), format_line("step", {"step": 2}),
+             "Traceback (most recent call last):", format_line("cap", {"step": 2}),
+             format_line("start", {"pid": 2}), format_line("failed", {"exit_code": 1}),
+             format_line("start", {"pid": 3}), format_line("step", {"step": 3})]
+    assert [[s["step"] for s in block] for block in steps_by_slice("\n".join(lines))] == [["1", "2"], ["3"]]
