@@ -891,7 +891,7 @@ def write_corpus(out_dir: Path, *, seed: int = 8, writer: Callable[[Path, list[d
 
 
 # The real excerpts come in batches, each split into (dev, test) before any classifier ran on it.
-REAL_BATCH_COUNT = 122  # data/real/dev{N}.jsonl and test{N}.jsonl for N = 1..122 (the first has no number)
+REAL_BATCH_COUNT = 128  # data/real/dev{N}.jsonl and test{N}.jsonl for N = 1..128 (the first has no number)
 REAL_BATCHES: tuple[tuple[str, str], ...] = tuple(
     (f"dev{n}", f"test{n}") if n > 1 else ("dev", "test") for n in range(1, REAL_BATCH_COUNT + 1))
 REAL_SPLITS: tuple[str, ...] = tuple(split for batch in REAL_BATCHES for split in batch)

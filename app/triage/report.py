@@ -220,6 +220,12 @@ _BATCH_AIMS: tuple[tuple[str, str], ...] = (
     ("hundred-and-twentieth", "an ordinary sample of pose, keypoint and tracking training: MMPose, YOLO pose, ByteTrack, ..."),
     ("hundred-and-twenty-first", "an ordinary sample of singing and voice-conversion training: so-vits-svc, RVC, DiffSinger, ..."),
     ("hundred-and-twenty-second", "an ordinary sample of code and math LLM fine-tuning (a third round)"),
+    ("hundred-and-twenty-third", "an ordinary sample of GAN and image-to-image training: StyleGAN2/3, CycleGAN/pix2pix, ESRGAN, ..."),
+    ("hundred-and-twenty-fourth", "an ordinary sample of training on hardware other than NVIDIA CUDA: Apple MPS, AMD ROCm, Intel XPU/Gaudi, TPUs"),
+    ("hundred-and-twenty-fifth", "an ordinary sample of multi-node training on SLURM or Kubernetes clusters: torchrun, DeepSpeed, Horovod, Ray Train"),
+    ("hundred-and-twenty-sixth", "an ordinary sample of object detection training of 2024-26: ultralytics YOLOv8-11, RT-DETR, mmdetection 3, ..."),
+    ("hundred-and-twenty-seventh", "an ordinary sample of training runs on Windows machines, any framework"),
+    ("hundred-and-twenty-eighth", "an ordinary sample of threads opened in 2018-19"),
 )
 
 
