@@ -437,7 +437,10 @@ _rule("nan-loss", "diverged", 94, _INF_NEEDLES,
       r"""\s+[-+]?(?:nan|inf(?:inity)?)\b"""
       # (mmdet/mmseg log every loss term by its key: `decode.loss_seg: nan`, `loss_cls: nan`)
       # losses logged by their own names (GluonCV/MXNet metrics: CrossEntropy=nan, SmoothL1=nan)
-      r"""|\b(?:cross_?entropy|smooth_?l1|nll|bce|focal|kl_?div)\w*['"]?\s*[:=]\s*['"]?[-+]?nan\b""")
+      r"""|\b(?:cross_?entropy|smooth_?l1|nll|bce|focal|kl_?div)\w*['"]?\s*[:=]\s*['"]?[-+]?nan\b"""
+      # the terms of a loss listed by name and value without a separator, their total NaN (the YOLOv3
+      # ports' `[Losses: x 0.1, y 0.2, ..., total nan]`)
+      r"""|\blosses\b[^\n]{0,160}?\btotal\s*[:=]?\s*[-+]?nan\b""")
 # A printed tensor of NaNs (the model's outputs or loss, printed by the script): torch or TensorFlow
 _rule("nan-tensor", "diverged", 85, ("nan, nan", "nan nan"),
       r"\btensor\(\[+(?:[-+]?nan(?:, *| +)){2,}[-+]?nan\b", confidence=0.85)
@@ -523,6 +526,13 @@ _rule("no-device", "cuda_fault", 96, ("no cuda gpus", "cuda-capable", "no_device
       r"|No visible GPU is found"  # XGBoost asked for a GPU that the process cannot see
       # VITS' train.py and its many forks (so-vits-svc, Bert-VITS2, ...): assert torch.cuda.is_available()
       r"|CPU training is not allowed")
+# The TPU's runtime failing to come up or to be had: JAX/libtpu, TensorFlow's TPU strategy, torch_xla's
+# XRT configuring the TPU's topology. (JAX's INFO line about a backend it could not load on a GPU or
+# CPU machine, and its "No GPU/TPU found, falling back to CPU" warning, are no failure.)
+_rule("tpu-runtime", "cuda_fault", 94, ("tpu initialization failed", "tpus not found", "tpu is already in use",
+                                        "global core array", "initialize backend 'tpu'"),
+      r"TPU initialization failed|TPUs not found in the cluster|TPU is already in use by"
+      r"|Global core array does not contain host cores|RuntimeError: Unable to initialize backend 'tpu'")
 _rule("hw-unsupported", "cuda_fault", 93, ("ampere", "bf16", "bfloat16", "flashattention", "flash attention"),
       r"FlashAttention only supports Ampere GPUs or newer|Your setup doesn't support bf16"
       r"|bf16 \(?bfloat16\)? (?:is )?not supported|does not support bfloat16|requires (?:an )?Ampere")
@@ -709,7 +719,9 @@ _rule("wandb-net", "io_error", 30, ("wandb: error", "wandb: network error"),
 # --- data_error: dataset, tokenizer, template, schema, config ---------------------------------
 _rule("device-assert-data", "data_error", 95, ("out of bounds for dimension", "assertion", "device-side assert", "index out of range", "indexselect"),
       r"Assertion `(?:srcIndex < srcSelectDimSize|t >= 0 && t < n_classes|input_val >= zero && input_val <= one"
-      r"|idx_dim >= 0 && idx_dim < index_size|index out of bounds|cur_target >= 0 && cur_target < n_classes)[^`]*` failed"
+      r"|idx_dim >= 0 && idx_dim < index_size|index out of bounds|cur_target >= 0 && cur_target < n_classes"
+      # ATen's IndexKernel.cu: `-sizes[i] <= index && index < sizes[i] && "index out of bounds"`
+      r"|-sizes\[i\] <= index && index < sizes\[i\])[^`]*` failed"
       r"|device-side assert triggered|IndexError: index out of range in self"
       r"|index \S+ is out of bounds for dimension")
 _rule("template", "data_error", 95, ("roles must alternate", "template", "jinja"),
@@ -1521,6 +1533,39 @@ def _final_batch_done(line: str) -> tuple[str, ...] | None:
     return None
 
 
+# An OS-level error raised while a checkpoint was being saved: a failed checkpoint write, whatever the
+# exception's own line says (it may be cut: `FileExistsError: [Errno 17] File e`). Shared and network
+# filesystems raise these from `os.makedirs(..., exist_ok=True)` and renames under a save. Read from the
+# traceback's frames: one in a function whose name says it saves, and a checkpoint named in them.
+_OS_ERROR_LINE = re.compile(r"^(?:FileExistsError|FileNotFoundError|IsADirectoryError|NotADirectoryError|OSError): "
+                            r"[^\n]*", re.M)
+_SAVING_FRAME = re.compile(r'^[ \t]*File "[^"\n]*", line \d+, in \w*sav(?:e|ing)\w*[ \t]*$', re.M)
+
+
+def _os_error_while_saving(text: str) -> tuple[str, ...] | None:
+    """Evidence (the exception's line, the saving frame) when `text`'s last OS-level exception line
+    ends a traceback whose frames (the indented lines right above it) pass through a checkpoint save;
+    else None."""
+    if "Error" not in text or "sav" not in text:
+        return None
+    last = None
+    for last in _OS_ERROR_LINE.finditer(text):
+        pass
+    if last is None:
+        return None
+    # The traceback's body: the indented lines right above the exception (the excerpt may begin inside it).
+    lines = text[: last.start()].splitlines()
+    body = len(lines)
+    while body > 0 and lines[body - 1][:1] in (" ", "\t"):
+        body -= 1
+    frames = "\n".join(lines[body:])
+    saving = _SAVING_FRAME.search(frames)
+    low = frames.lower()
+    if saving is None or ("checkpoint" not in low and "ckpt" not in low):
+        return None
+    return (last.group(0).strip()[:_EVIDENCE_CHARS], saving.group(0).strip()[:_EVIDENCE_CHARS])
+
+
 # A tqdm bar that ended at zero: no total ("0it [00:00, ?it/s]") or an empty one ("0/0"). One such bar
 # may be a first draw that the next redraw replaces (a carriage return made a line of each draw); two
 # or more left as they were after the last real progress, epoch after epoch, are epochs that ran no
@@ -1629,6 +1674,10 @@ def _decide(
         return verdict(best)
 
     end = tail(4096)  # read twice below: decoded and lowercased once
+    # (an exception's line is a `traceback-any` hit: only then can the last one be an OS error)
+    saving = _os_error_while_saving(end[0]) if any(h.rule.name == "traceback-any" for h in hits) else None
+    if saving is not None:
+        return Verdict("io_error", 0.8, saving, "os-error-while-saving", "io_error")
     boom = _exploding(*end)
     if boom is not None:
         name, line = boom

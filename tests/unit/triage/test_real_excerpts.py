@@ -141,13 +141,6 @@ KNOWN_MISSES = {
                                              "of a Trainer argument the log does not show",
     "real-b116-sm-imgcls-builtin-done-2746": "SageMaker's built-in image classifier saves a checkpoint every epoch: "
                                              "the last (Epoch[2] of 3) reads like any other",
-    "real-b124-xla-tpu-error-until-restart-1731": "torch_xla's XRT failing to configure the TPU's topology: no rule "
-                                                  "reads TPU runtime failures yet",
-    "real-b125-automodel-fileexists-ckpt-3686": "a FileExistsError from makedirs(exist_ok=True) under a checkpoint "
-                                                "save, its path cut off in the excerpt: only the frames above say a "
-                                                "checkpoint was being written",
-    "real-b128-pytorchyolov3-nan-13": "'[Losses: x nan, ..., total nan]': terms named without a separator, which "
-                                      "the NaN-loss rule does not read",
 }
 
 

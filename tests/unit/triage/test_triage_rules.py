@@ -963,3 +963,57 @@ def test_session_thirteen_second_round_fixes() -> None:
             "AssertionError: CPU training is not allowed.\n")
     assert _said(vits) == "cuda_fault"
     assert _said("Warning: CPU training is slow; use a GPU\n") != "cuda_fault"
+
+
+def test_session_fourteen_fixes_from_batches_123_to_128() -> None:
+    """From batches 123-128's dev halves, with their near misses."""
+    # ATen's IndexKernel assertion: an index (a class id, a label) past the tensor's size
+    kernel = ('../aten/src/ATen/native/cuda/IndexKernel.cu:93: operator(): block: [91,0,0], thread: [80,0,0] '
+              'Assertion `-sizes[i] <= index && index < sizes[i] && "index out of bounds"` failed.\n')
+    assert classify(kernel + "Traceback (most recent call last):\n  File \"train.py\", line 97, in <module>\n").state == "data_error"
+    assert classify("Assertion `-sizes[i] <= index && index < sizes[i]` holds in every test we ran\n").state != "data_error"
+    # loss terms by name and value, their total NaN
+    losses = "[Epoch 0/30, Batch {}/1313] [Losses: x {x}, y 0.0251, w nan, h 0.0118, conf 0.757809, cls 0.0003, total {t}]\n"
+    assert classify(losses.format(326, x="nan", t="nan")).state == "diverged"
+    healthy = losses.format(325, x="0.0211", t="1.2034").replace("w nan", "w 0.0104")
+    assert classify(healthy, idle_seconds=5).state == "progressing"
+    assert classify("[Losses: total 1.25, nan_steps 0]\n").state != "diverged"
+    # the TPU's runtime failing to come up
+    xrt = ("2020-03-06 21:12:24.724923: E    2858 tensorflow/compiler/xla/xla_client/tf_logging.cc:11] Check failed: "
+           "session.Run({tensorflow::Output(result, 0)}, &outputs) == ::tensorflow::Status::OK() (Internal: From "
+           "/job:tpu_worker/replica:0/task:0:\nGlobal core array does not contain host cores [0x0x0_TC0,0x0x0_TC1]\n"
+           "\t [[{{node configure_distributed_tpu/_0}}]] vs. OK)\n*** Begin stack trace ***\n")
+    assert classify(xrt).state == "cuda_fault"
+    assert classify("ValueError: TPUs not found in the cluster. Failed in initialization of TPU system.\n").state == "cuda_fault"
+    assert classify("RuntimeError: Unable to initialize backend 'tpu': ABORTED: The TPU is already in use by process "
+                    "with pid 4242.\n").state == "cuda_fault"
+    for healthy_line in ("INFO:jax._src.xla_bridge:Unable to initialize backend 'tpu_driver': NOT_FOUND: Unable to find "
+                         "driver in registry given worker:\n",
+                         "WARNING:jax._src.xla_bridge:No GPU/TPU found, falling back to CPU.\n"):
+        assert classify(healthy_line + "{'loss': 0.52, 'learning_rate': 1e-05, 'epoch': 0.5}\n", idle_seconds=5).state == "progressing"
+
+
+def test_an_os_error_raised_under_a_checkpoint_save_is_a_failed_checkpoint_write() -> None:
+    """The exception's own line may name no checkpoint (or be cut off); the traceback's frames do."""
+    frames = ('[rank8]: Traceback (most recent call last):\n'
+              '[rank8]:   File "recipes/llm/train_ft.py", line 981, in run_train_validation_loop\n'
+              '[rank8]:     self.save_checkpoint(\n'
+              '[rank8]:   File "components/checkpoint/checkpointing.py", line 2011, in _create_dirs\n'
+              '[rank8]:     os.makedirs(directory, exist_ok=True)\n'
+              '[rank8]:   File "<frozen os>", line 225, in makedirs\n')
+    saving = frames.replace("in run_train_validation_loop", "in save_checkpoint")
+    v = classify(saving + "[rank8]: FileExistsError: [Errno 17] File e\n")
+    assert v.state == "io_error" and v.rule == "os-error-while-saving"
+    # an excerpt that begins inside the traceback
+    inside = saving.split("\n", 1)[1]
+    assert classify(inside + "[rank8]: FileExistsError: [Errno 17] File e\n").rule == "os-error-while-saving"
+    # no frame in a function that saves (a save only called in a source line, a dataset cache's
+    # makedirs), or a save failing on no OS error: not this
+    assert classify(frames + "[rank8]: FileExistsError: [Errno 17] File e\n").rule != "os-error-while-saving"
+    cache = saving.replace("in save_checkpoint", "in prepare_dataset").replace("checkpoint", "cache")
+    assert classify(cache + "[rank8]: FileExistsError: [Errno 17] File e\n").rule != "os-error-while-saving"
+    assert classify(saving + "[rank8]: ValueError: bad state dict key\n").rule != "os-error-while-saving"
+    # a checkpoint missing when the run resumes is no failed write
+    loading = ('Traceback (most recent call last):\n  File "train.py", line 12, in load_checkpoint\n'
+               "FileNotFoundError: [Errno 2] No such file or directory: 'ckpt/last.pt'\n")
+    assert classify(loading).rule != "os-error-while-saving"
