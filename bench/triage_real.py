@@ -14,7 +14,7 @@ Two predictors per split:
   `needs_operator`; that best guess is scored, and the needs_operator count is reported.
 
 Printed: accuracy overall, per state, per framework, and every miss with its evidence lines.
-Every batch (105 after session 12; each one's collection, aim and first-contact reading are in
+Every batch (128 after session 14; each one's collection, aim and first-contact reading are in
 `app/triage/data/real/README.md` and `docs/triage.md`) was split into dev and test before any
 classifier ran on it. The first thirty-five: `dev`/`test` (the
 first, 87 rows), `dev2`/`test2` and `dev3`/`test3` and `dev4`/`test4` (74, 66 and 74 rows, collected blind
