@@ -1548,11 +1548,10 @@ def _os_error_while_saving(text: str) -> tuple[str, ...] | None:
     else None."""
     if "Error" not in text or "sav" not in text:
         return None
-    last = None
-    for last in _OS_ERROR_LINE.finditer(text):
-        pass
-    if last is None:
+    errors = list(_OS_ERROR_LINE.finditer(text))
+    if not errors:
         return None
+    last = errors[-1]
     # The traceback's body: the indented lines right above the exception (the excerpt may begin inside it).
     lines = text[: last.start()].splitlines()
     body = len(lines)
