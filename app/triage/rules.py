@@ -83,6 +83,7 @@ DEFAULT_STALL_AFTER_S = 900.0
 _EVIDENCE_CHARS = 240
 _SUMMARY_RULE = "run-summary"
 _EXIT_SUMMARY_RULE = "shell-time-summary"
+_TRACEBACK_RULE = "traceback-any"
 
 
 _DISK_WORDS = ("no space", "quota", "read-only file system", "input/output error", "errno 5]", "file write failed",
@@ -834,7 +835,7 @@ _rule("python-bug", "data_error", 40, ("error:", "exception:", "assertionerror")
       r"|ZeroDivisionError|NotImplementedError|RecursionError|UnboundLocalError|LookupError)\b:?",
       confidence=0.8)
 
-_rule("traceback-any", "data_error", 30, ("traceback (most recent call last)", "error: ", "exception: "),
+_rule(_TRACEBACK_RULE, "data_error", 30, ("traceback (most recent call last)", "error: ", "exception: "),
       r"^Traceback \(most recent call last\)|^[\w.]*(?:Error|Exception): ", confidence=0.45)
 _rule("error-words", "data_error", 25, ("fatal", "error", "abort", "failed", "crash", "exception"),
       # not on warnings: lines saying "warn", or in glog's/TensorFlow's format a W-level line
@@ -1546,7 +1547,7 @@ def _os_error_while_saving(text: str) -> tuple[str, ...] | None:
     """Evidence (the exception's line, the saving frame) when `text`'s last OS-level exception line
     ends a traceback whose frames (the indented lines right above it) pass through a checkpoint save;
     else None."""
-    if "Error" not in text or "sav" not in text:
+    if "sav" not in text:
         return None
     errors = list(_OS_ERROR_LINE.finditer(text))
     if not errors:
@@ -1559,8 +1560,10 @@ def _os_error_while_saving(text: str) -> tuple[str, ...] | None:
         body -= 1
     frames = "\n".join(lines[body:])
     saving = _SAVING_FRAME.search(frames)
+    if saving is None:
+        return None
     low = frames.lower()
-    if saving is None or ("checkpoint" not in low and "ckpt" not in low):
+    if "checkpoint" not in low and "ckpt" not in low:
         return None
     return (last.group(0).strip()[:_EVIDENCE_CHARS], saving.group(0).strip()[:_EVIDENCE_CHARS])
 
@@ -1672,9 +1675,9 @@ def _decide(
         best = max(fatal, key=lambda h: (h.rule.weight, h.pos))
         return verdict(best)
 
-    end = tail(4096)  # read twice below: decoded and lowercased once
+    end = tail(4096)  # read several times below: decoded and lowercased once
     # (an exception's line is a `traceback-any` hit: only then can the last one be an OS error)
-    saving = _os_error_while_saving(end[0]) if any(h.rule.name == "traceback-any" for h in hits) else None
+    saving = _os_error_while_saving(end[0]) if any(h.rule.name == _TRACEBACK_RULE for h in hits) else None
     if saving is not None:
         return Verdict("io_error", 0.8, saving, "os-error-while-saving", "io_error")
     boom = _exploding(*end)
