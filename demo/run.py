@@ -427,6 +427,15 @@ def triage_real_logs() -> None:
                        "    work = default_pg.allreduce([tensor], opts)\nRuntimeError: NCCL communicator was aborted on "
                        "rank 0.  Original reason for failure was: [Rank 0] Watchdog caug")
     sh("triage", str(aborted), "--no-specialist", "--no-llm")
+    # An OS error under a checkpoint save on a shared filesystem, its own line cut as an excerpt posted
+    # it: the traceback's frames say a checkpoint was being written (io_error), not a bare exception.
+    saving = DEMO / "saving.log"
+    saving.write_text("[rank8]:   File \"recipes/base_recipe.py\", line 310, in save_checkpoint\n"
+                      "[rank8]:     self.checkpointer.save_on_global_ranks(state, key, path)\n"
+                      "[rank8]:   File \"components/checkpoint/checkpointing.py\", line 2011, in _create_dirs\n"
+                      "[rank8]:     os.makedirs(directory, exist_ok=True)\n"
+                      "[rank8]: FileExistsError: [Errno 17] File e")
+    sh("triage", str(saving), "--no-specialist", "--no-llm")
 
 
 def main() -> None:
