@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from app.settings import Settings, load_settings
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Mapping
 
     from sqlalchemy import Engine
 
@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from app.ledger import Ledger
     from app.market import Instance, Market
     from app.policy.provisioning import PreflightResult
+    from app.policy.supervision import SupervisorConfig
     from app.reputation import ReputationStore
     from app.services.provisioning import ProvisioningService
     from app.services.supervisor import SupervisorService
@@ -156,13 +157,11 @@ def job_evaluator(s: Settings | None = None, *, notify: Notifier | None = None) 
     Trials are written under TUNEHARNESS_HOME/trials/<job>; adapters come from TUNEHARNESS_ARTIFACTS
     (default TUNEHARNESS_HOME/artifacts), as the supervisor put them.
     """
-    import os
-
     from app.artifacts import open_store
     from gate.jobs import JobEvaluator
 
     s = s or settings()
-    store = open_store(os.environ.get("TUNEHARNESS_ARTIFACTS") or str(s.home / "artifacts"))
+    store = open_store(artifacts_location(s))
     return JobEvaluator(jobs=jobs(s), store=store, gate=gate(s, notify=notify), ledger=ledger(s), work_dir=s.home)
 
 
@@ -352,6 +351,36 @@ def provisioning(s: Settings | None = None) -> ProvisioningService:
                                launch_spec_for=launch_spec_for)
 
 
+def artifacts_location(s: Settings, env: Mapping[str, str] | None = None) -> str:
+    """Where checkpoints and adapters are pulled: TUNEHARNESS_ARTIFACTS, else TUNEHARNESS_HOME/artifacts."""
+    import os
+
+    env = os.environ if env is None else env
+    return env.get("TUNEHARNESS_ARTIFACTS") or str(s.home / "artifacts")
+
+
+def supervisor_config(env: Mapping[str, str] | None = None) -> SupervisorConfig:
+    """The supervisor's knobs from TUNEHARNESS_MONITOR_S, _REPOLL_S, _SLICE_S and _SLICE_STEPS."""
+    import os
+
+    from app.errors import SettingsError
+    from app.policy.supervision import SupervisorConfig
+    from app.settings import seconds_setting
+
+    env = os.environ if env is None else env
+    default = SupervisorConfig()
+    slice_steps = (env.get("TUNEHARNESS_SLICE_STEPS") or "").strip()
+    if slice_steps and not (slice_steps.isdigit() and int(slice_steps) > 0):
+        raise SettingsError("TUNEHARNESS_SLICE_STEPS", f"{slice_steps!r} is not a positive whole number",
+                            "e.g. 100, or unset it")
+    return SupervisorConfig(
+        monitor_s=seconds_setting("TUNEHARNESS_MONITOR_S", default.monitor_s, env),
+        repoll_s=seconds_setting("TUNEHARNESS_REPOLL_S", default.repoll_s, env),
+        slice_s=seconds_setting("TUNEHARNESS_SLICE_S", default.slice_s, env),
+        slice_steps=int(slice_steps) if slice_steps else None,
+    )
+
+
 def supervisor(s: Settings | None = None) -> SupervisorService:
     """The training supervisor wired to the provisioning handler, SSH, the artifact store and triage.
 
@@ -361,29 +390,15 @@ def supervisor(s: Settings | None = None) -> SupervisorService:
     Artifacts go to TUNEHARNESS_ARTIFACTS (a directory or s3://BUCKET/PREFIX; default
     TUNEHARNESS_HOME/artifacts).
     """
-    import os
     from pathlib import Path
 
     from app.artifacts import open_store
     from app.errors import ConfigError
     from app.jobs import spec_from_dict
-    from app.policy.supervision import SupervisorConfig
     from app.services.supervisor import Bundle, SupervisorService, TriageAnswer, bundle_for_spec
 
     s = s or settings()
-    knobs: dict[str, float] = {}
-    for name, var in (("monitor_s", "TUNEHARNESS_MONITOR_S"), ("repoll_s", "TUNEHARNESS_REPOLL_S"),
-                      ("slice_s", "TUNEHARNESS_SLICE_S")):
-        raw = os.environ.get(var)
-        if raw:
-            try:
-                knobs[name] = float(raw)
-            except ValueError:
-                raise ConfigError(f"{var}={raw!r} is not a number of seconds. Fix: e.g. {var}=30") from None
-    slice_steps = os.environ.get("TUNEHARNESS_SLICE_STEPS")
-    if slice_steps and not slice_steps.isdigit():
-        raise ConfigError(f"TUNEHARNESS_SLICE_STEPS={slice_steps!r} is not a whole number. Fix: e.g. 100, or unset it")
-    cfg = SupervisorConfig(**knobs, slice_steps=int(slice_steps) if slice_steps else None)  # type: ignore[arg-type]
+    cfg = supervisor_config()
 
     def shell_for(inst: Instance, job_id: str) -> SSHHostShell:
         return host_shell(inst, job_id, s)
@@ -399,7 +414,7 @@ def supervisor(s: Settings | None = None) -> SupervisorService:
         result = triage_chain().triage(log, id=job_id, job=job_id)
         return TriageAnswer(result.state, result.action, result.needs_operator, result.evidence)
 
-    store = open_store(os.environ.get("TUNEHARNESS_ARTIFACTS") or str(s.home / "artifacts"))
+    store = open_store(artifacts_location(s))
     return SupervisorService(
         engine(s), provisioning=provisioning(s), shell_for=shell_for, store=store, staging=s.home / "staging",
         bundle_for=bundle_for, trainer_dir=Path(__file__).resolve().parents[1] / "trainer",

@@ -5,6 +5,7 @@ Every error names the variable and the fix. Nothing here connects to anything.
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -13,7 +14,7 @@ from urllib.parse import urlsplit
 
 from app.errors import SettingsError
 
-__all__ = ["Settings", "load_settings"]
+__all__ = ["Settings", "load_settings", "seconds_setting"]
 
 _DB_SCHEMES = ("sqlite", "postgresql", "postgresql+psycopg", "postgres")
 _BROKER_SCHEMES = ("redis", "rediss")
@@ -126,3 +127,19 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         flower_user=flower_user,
         flower_password=flower_password,
     )
+
+
+def seconds_setting(name: str, default: float, env: Mapping[str, str] | None = None) -> float:
+    """A duration read from `name` (seconds; unset or empty means `default`), finite and positive."""
+    env = os.environ if env is None else env
+    raw = (env.get(name) or "").strip()
+    if not raw:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise SettingsError(name, f"{raw!r} is not a number of seconds", f"e.g. {name}={default:g}") from None
+    if not math.isfinite(value) or value <= 0:
+        raise SettingsError(name, f"{raw!r} is not a positive, finite number of seconds",
+                            f"e.g. {name}={default:g}")
+    return value

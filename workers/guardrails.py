@@ -12,13 +12,23 @@ from typing import Any
 from app import bootstrap
 from app.liveness import record_success
 from app.market import Market
+from app.policy.guardrails import IDLE_GRACE_S
 from app.rentals import Rentals
 from app.services import guardrails
+from app.settings import seconds_setting
 from workers.tasks import task
 
-# Twice the longest create latency we allow a provider (the create call's own timeout).
-LONGEST_CREATE_LATENCY_S = float(os.environ.get("TUNEHARNESS_CREATE_LATENCY_S", "120"))
-IDLE_GRACE_S = float(os.environ.get("TUNEHARNESS_IDLE_GRACE_S", "1800"))
+# The longest create latency we allow a provider (the create call's own timeout); the reconciler
+# waits twice this before it stops a labelled instance the registry does not know.
+LONGEST_CREATE_LATENCY_S = 120.0
+
+
+def longest_create_latency_s() -> float:
+    return seconds_setting("TUNEHARNESS_CREATE_LATENCY_S", LONGEST_CREATE_LATENCY_S)
+
+
+def idle_grace_s() -> float:
+    return seconds_setting("TUNEHARNESS_IDLE_GRACE_S", IDLE_GRACE_S)
 
 
 def _markets(rentals: Rentals) -> dict[str, Market]:
@@ -63,7 +73,7 @@ def idle_watchdog(self: Any) -> dict[str, Any]:
     rentals = _rentals()
     held = Pool(rentals.engine).held_until()
     report = guardrails.sweep_idle(rentals, _markets(rentals), now=time.time(),
-                                   notifier=bootstrap.notifier(), grace_s=IDLE_GRACE_S, job_phase=_job_phase,
+                                   notifier=bootstrap.notifier(), grace_s=idle_grace_s(), job_phase=_job_phase,
                                    ssh_util=_ssh_util,
                                    held_until=lambda r: held.get((r.provider, r.instance_id or "")))
     record_success(rentals.engine, "idle-watchdog", time.time())
@@ -84,7 +94,7 @@ def reconcile(self: Any) -> dict[str, Any]:
     """Join provider listings with the registry: adopt, stop orphans, mark lost."""
     rentals = _rentals()
     report = guardrails.sweep_reconcile(
-        rentals, _markets(rentals), now=time.time(), orphan_grace_s=2 * LONGEST_CREATE_LATENCY_S,
+        rentals, _markets(rentals), now=time.time(), orphan_grace_s=2 * longest_create_latency_s(),
         notifier=bootstrap.notifier(),
     )
     record_success(rentals.engine, "reconciler", time.time())
