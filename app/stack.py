@@ -20,6 +20,7 @@ from urllib.parse import urlsplit
 
 from app.errors import ServiceUnavailable, UserError
 from app.settings import Settings
+from app.settings_catalogue import secret_names
 
 __all__ = ["ALL_QUEUES", "Stack", "broker_reachable", "free_port", "wait_until"]
 
@@ -87,6 +88,16 @@ class Stack:
         env.pop("FLOWER_BASIC_AUTH", None)
         return env
 
+    def flower_env(self) -> dict[str, str]:
+        """Flower is code we did not write: it gets the broker and its own basic auth, never vendor
+        keys, webhooks, or the database URL (which may hold a password)."""
+        drop = secret_names() | {"TUNEHARNESS_DB_URL", "TUNEHARNESS_FLOWER_USER"}
+        env = {k: v for k, v in self.env().items() if k not in drop}
+        s = self.settings
+        if s.flower_user and s.flower_password:
+            env["FLOWER_BASIC_AUTH"] = f"{s.flower_user}:{s.flower_password}"
+        return env
+
     def _spawn(self, name: str, argv: list[str], env: Mapping[str, str] | None = None) -> Child:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         log = self.run_dir / f"{name}.log"
@@ -122,7 +133,7 @@ class Stack:
             "redis",
             [exe, "--bind", "127.0.0.1", "--port", str(port), "--dir", str(data), "--appendonly", "yes",
              "--save", "", "--maxmemory-policy", "noeviction", "--protected-mode", "yes"],
-            env=dict(os.environ),
+            env={k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR")},
         )
         self.broker_url = f"redis://127.0.0.1:{port}/0"
         if not wait_until(lambda: broker_reachable(self.broker_url, timeout_s=0.2), timeout_s=15):
@@ -144,15 +155,12 @@ class Stack:
                  "-s", str(self.run_dir / "celerybeat-schedule")],
             )
         if self.flower:
-            env = self.env()
             s = self.settings
-            if s.flower_user and s.flower_password:
-                env["FLOWER_BASIC_AUTH"] = f"{s.flower_user}:{s.flower_password}"
             self._spawn(
                 "flower",
                 [py, "-m", "celery", "-A", "workers.celery_app", "flower",
                  f"--address={s.flower_address}", f"--port={s.flower_port}"],
-                env=env,
+                env=self.flower_env(),
             )
 
     def check_alive(self) -> None:
