@@ -207,11 +207,7 @@ class ProvisioningService:
             row = conn.execute(select(_T).where(_T.c.job_id == job_id)).first()
         if row is None:
             return None
-        raw = json.loads(row.state_json)
-        job = load_job(raw)
-        if raw.get("standby") and not job.standby:  # the codec predates standby jobs
-            job = replace(job, standby=True)
-        return job, int(row.version)
+        return load_job(json.loads(row.state_json)), int(row.version)
 
     def _save(self, job: JobState, version: int, wake_at: float | None) -> bool:
         """Write the new state if nobody else moved it since `version` (a redelivered task)."""
