@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from app.market import Instance, Market
     from app.policy.provisioning import PreflightResult
     from app.policy.supervision import SupervisorConfig
+    from app.ports import Clock
     from app.reputation import ReputationStore
     from app.services.provisioning import ProvisioningService
     from app.services.supervisor import SupervisorService
@@ -181,22 +182,9 @@ def market(name: str) -> Market:
 
         return RunPodMarket.from_env()
     if name == "sim":
-        import importlib
+        from providers.sim import market_from_env
 
-        try:
-            sim_module = importlib.import_module("providers.sim")
-        except ModuleNotFoundError as exc:
-            if exc.name != "providers.sim":
-                raise
-            sim_module = None
-        factory = getattr(sim_module, "market_from_env", None)
-        if factory is None:
-            raise UserError(
-                "the simulated marketplace is not available in this build (providers.sim.market_from_env "
-                "is missing). Fix: use --provider vast or --provider runpod"
-            )
-        sim: Market = factory()
-        return sim
+        return market_from_env()
     raise UserError(f"unknown provider {name!r}. Fix: choose one of {', '.join(MARKETS)}")
 
 
@@ -326,18 +314,13 @@ def provisioning(s: Settings | None = None) -> ProvisioningService:
     With TUNEHARNESS_SIM_URL set, the simulated marketplace's shared clock is used so that boot
     windows are measured in its (scaled) seconds.
     """
-    import os
 
     from app.market import LaunchSpec
     from app.ports import WallClock
     from app.services.provisioning import ProvisioningService
 
     s = s or settings()
-    clock: Any = WallClock()
-    if os.environ.get("TUNEHARNESS_SIM_URL"):
-        found = getattr(market("sim"), "clock", None)
-        if found is not None:
-            clock = found() if callable(found) else found
+    clock: Clock = sim_clock() or WallClock()
 
     def launch_spec_for(job_id: str) -> LaunchSpec:
         rec = jobs(s).get(job_id)
@@ -357,6 +340,13 @@ def artifacts_location(s: Settings, env: Mapping[str, str] | None = None) -> str
 
     env = os.environ if env is None else env
     return env.get("TUNEHARNESS_ARTIFACTS") or str(s.home / "artifacts")
+
+
+def sim_clock() -> Clock | None:
+    """The shared simulated marketplace's scaled clock when TUNEHARNESS_SIM_URL is set, else None."""
+    from providers.sim import shared_clock_from_env
+
+    return shared_clock_from_env()
 
 
 def supervisor_config(env: Mapping[str, str] | None = None) -> SupervisorConfig:

@@ -16,11 +16,21 @@ __all__ = ["Clock", "CommandResult", "HostShell", "WallClock"]
 
 @runtime_checkable
 class Clock(Protocol):
-    """Seconds since the epoch; virtual in the simulator, the wall clock in production."""
+    """Seconds since the epoch; virtual in the simulator, scaled under `sim serve`, the wall clock
+    in production. A driver that waits in wall time (Celery countdowns, the trainer's slice cap)
+    converts with `wall_seconds`; a wall timestamp (a trainer's log line) with `from_wall`."""
 
     def now(self) -> float: ...
 
     def sleep(self, seconds: float) -> None: ...
+
+    def wall_seconds(self, clock_s: float) -> float:
+        """How many wall seconds `clock_s` seconds of this clock take."""
+        ...
+
+    def from_wall(self, wall_s: float) -> float:
+        """The wall timestamp `wall_s` on this clock."""
+        ...
 
 
 class WallClock:
@@ -29,6 +39,12 @@ class WallClock:
 
     def sleep(self, seconds: float) -> None:
         time.sleep(seconds)
+
+    def wall_seconds(self, clock_s: float) -> float:
+        return clock_s
+
+    def from_wall(self, wall_s: float) -> float:
+        return wall_s
 
     def utcnow(self) -> datetime:
         return datetime.now(UTC)

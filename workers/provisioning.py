@@ -24,9 +24,7 @@ __all__ = ["preflight", "provision", "sweep_holds", "watch_boot"]
 def _countdown_s(wake_at: float) -> float:
     """Wall seconds until `wake_at` on the service's clock (scaled under the simulator)."""
     clock = bootstrap.provisioning().clock
-    sim_s = max(0.0, wake_at - clock.now())
-    wall = getattr(clock, "wall_seconds", None)
-    return min(float(MAX_COUNTDOWN_S), wall(sim_s) if callable(wall) else sim_s)
+    return min(float(MAX_COUNTDOWN_S), clock.wall_seconds(max(0.0, wake_at - clock.now())))
 
 
 def _schedule(step: Step) -> dict[str, Any]:

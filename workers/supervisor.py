@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from app import bootstrap
+from app.ports import Clock
 from app.services.supervisor import MonitorStep
 from workers.config import MAX_COUNTDOWN_S
 from workers.tasks import task
@@ -19,16 +20,14 @@ from workers.tasks import task
 __all__ = ["monitor_training", "rearm_monitors"]
 
 
-def _countdown_s(wake_at: float | None, clock: Any) -> float:
+def _countdown_s(wake_at: float | None, clock: Clock) -> float:
     """Wall seconds until `wake_at` on the service's clock (scaled under the simulator)."""
     if wake_at is None:
         return 0.0
-    sim_s = max(0.0, wake_at - clock.now())
-    wall = getattr(clock, "wall_seconds", None)
-    return min(float(MAX_COUNTDOWN_S), wall(sim_s) if callable(wall) else sim_s)
+    return min(float(MAX_COUNTDOWN_S), clock.wall_seconds(max(0.0, wake_at - clock.now())))
 
 
-def _schedule(step: MonitorStep, clock: Any) -> dict[str, Any]:
+def _schedule(step: MonitorStep, clock: Clock) -> dict[str, Any]:
     countdown = _countdown_s(step.wake_at, clock)
     if step.next == "monitor" and step.seq is not None:
         monitor_training.apply_async(args=[step.job_id, step.seq], countdown=countdown)

@@ -30,8 +30,7 @@ def _clock_now() -> float:
         try:
             from app import bootstrap
 
-            found = getattr(bootstrap.market("sim"), "clock", None)
-            clock = found() if callable(found) else found
+            clock = bootstrap.sim_clock()
             if clock is not None:
                 return float(clock.now())
         except Exception:  # the sim server is down: status still answers, on the wall clock

@@ -485,12 +485,10 @@ class SupervisorService:
 
     def _clock_of(self, wall: float) -> float:
         """A wall timestamp on the service's clock (scaled under the simulator)."""
-        scale = float(getattr(self.clock, "scale", 1.0))
-        return self.clock.now() - scale * (time.time() - wall)
+        return self.clock.from_wall(wall)
 
     def _wall_s(self, clock_s: float) -> float:
-        wall = getattr(self.clock, "wall_seconds", None)
-        return float(wall(clock_s)) if callable(wall) else clock_s
+        return self.clock.wall_seconds(clock_s)
 
     def _pull(self, job_id: str, w: Watch, shell: HostShell) -> str | None:
         report = pull_checkpoints(shell, f"{remote_job_root(job_id)}/job", self.store, job=job_id,

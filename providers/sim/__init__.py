@@ -1,4 +1,4 @@
-"""The simulated marketplace of lying hosts (see docs/sim.md).
+"""The simulated marketplace of lying hosts (see docs/simulation.md).
 
 - `SimMarket(trace, clock)`: the Market port in-process; `market.referee` holds truth and billing.
 - `SimServer` / `SimClientMarket`: the same marketplace shared over loopback HTTP by separate
@@ -39,6 +39,7 @@ __all__ = [
     "Workload",
     "load_trace",
     "market_from_env",
+    "shared_clock_from_env",
     "shipped_trace_path",
 ]
 
@@ -54,3 +55,15 @@ def market_from_env(env: dict[str, str] | None = None) -> Market:
         return SimClientMarket(url)
     trace = load_trace(env.get("TUNEHARNESS_SIM_TRACE") or shipped_trace_path("smoke"))
     return SimMarket(trace, WallClock())
+
+
+def shared_clock_from_env(env: dict[str, str] | None = None) -> ScaledClock | None:
+    """The shared marketplace's scaled clock when TUNEHARNESS_SIM_URL is set (so that every process
+    measures boot windows and countdowns in its simulated seconds), else None."""
+    env = dict(os.environ) if env is None else env
+    url = env.get("TUNEHARNESS_SIM_URL")
+    if not url:
+        return None
+    from providers.sim.client import SimClientMarket
+
+    return SimClientMarket(url).clock()

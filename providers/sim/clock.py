@@ -43,6 +43,14 @@ class VirtualClock:
     def sleep(self, seconds: float) -> None:
         self.advance(max(0.0, seconds))
 
+    def wall_seconds(self, clock_s: float) -> float:
+        """Virtual time passes only when told: no wall time is needed to wait for it."""
+        return 0.0
+
+    def from_wall(self, wall_s: float) -> float:
+        """Virtual time has no relation to the wall clock: a wall timestamp reads as itself."""
+        return wall_s
+
 
 @dataclass(frozen=True, slots=True)
 class ScaledClock:
@@ -64,9 +72,13 @@ class ScaledClock:
     def now(self) -> float:
         return self.epoch_s + self.scale * (time.time() - self.epoch_s)
 
-    def wall_seconds(self, sim_seconds: float) -> float:
-        """How many wall seconds `sim_seconds` of simulated time take."""
-        return sim_seconds / self.scale
+    def wall_seconds(self, clock_s: float) -> float:
+        """How many wall seconds `clock_s` of simulated time take."""
+        return clock_s / self.scale
+
+    def from_wall(self, wall_s: float) -> float:
+        """The wall timestamp `wall_s` in simulated seconds."""
+        return self.epoch_s + self.scale * (wall_s - self.epoch_s)
 
     def sleep(self, seconds: float) -> None:
         if seconds > 0:

@@ -55,3 +55,17 @@ def test_market_from_env_reads_the_trace_and_url_variables(tmp_path: Path) -> No
         market_from_env({"TUNEHARNESS_SIM_TRACE": str(tmp_path / "missing.json")})
     client = market_from_env({"TUNEHARNESS_SIM_URL": "http://127.0.0.1:9"})
     assert isinstance(client, SimClientMarket) and client.url == "http://127.0.0.1:9"
+
+
+def test_every_clock_converts_to_and_from_wall_time() -> None:
+    """The Clock port says how long its seconds take in wall time, and where a wall timestamp falls."""
+    from app.ports import Clock, WallClock
+
+    scaled = ScaledClock(scale=10.0, epoch_s=1_000.0)
+    assert scaled.wall_seconds(60.0) == 6.0 and scaled.from_wall(1_010.0) == 1_100.0
+    wall = WallClock()
+    assert wall.wall_seconds(60.0) == 60.0 and wall.from_wall(5.0) == 5.0
+    virtual = VirtualClock(start_s=0.0)
+    assert virtual.wall_seconds(60.0) == 0.0
+    for clock in (scaled, wall, virtual):
+        assert isinstance(clock, Clock)
