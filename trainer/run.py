@@ -21,6 +21,14 @@ from typing import Any
 
 from trainer import checkpoint as ckpt
 from trainer.data import RowError, batch_indices, collate, encode_rows, label_set, read_rows
+from trainer.exitcodes import (
+    EXIT_BAD_JOB,
+    EXIT_CAP,
+    EXIT_DISK_FULL,
+    EXIT_FAILED,
+    EXIT_FINISHED,
+    EXIT_REFUSED,
+)
 from trainer.fsutil import write_bytes
 from trainer.guard import serving_refusal
 from trainer.jobspec import JobError, JobSpec, load_job, shape_of
@@ -32,12 +40,6 @@ from trainer.simhost import hang_forever, load_hang
 __all__ = ["EXIT_BAD_JOB", "EXIT_CAP", "EXIT_DISK_FULL", "EXIT_FAILED", "EXIT_FINISHED",
            "EXIT_REFUSED", "ResumeRefused", "lr_factor", "run_job"]
 
-EXIT_FINISHED = 0
-EXIT_FAILED = 1
-EXIT_BAD_JOB = 2
-EXIT_CAP = 3
-EXIT_REFUSED = 4
-EXIT_DISK_FULL = 5
 
 
 class ResumeRefused(Exception):
@@ -90,7 +92,7 @@ class _Run:
         self.step = 0
         self.last_checkpoint_step: int | None = None
         self.pusher: Pusher | None = None
-        self.hang = load_hang()  # a simulated host's hang (docs/sim.md); None on a real host
+        self.hang = load_hang()  # a simulated host's hang (docs/simulation.md); None on a real host
 
     def elapsed_s(self) -> float:
         return time.monotonic() - self.started

@@ -31,14 +31,12 @@ from pathlib import Path
 from typing import Any
 
 from trainer import checkpoint as ckpt
+from trainer.exitcodes import EXIT_BAD_JOB, EXIT_CAP, EXIT_FAILED, EXIT_FINISHED
 from trainer.fsutil import atomic_write_json
 from trainer.reporting import TrainLog, utc_stamp
 
 __all__ = ["run_slices"]
 
-EXIT_FINISHED = 0
-EXIT_FAILED = 1
-EXIT_CAP = 3
 
 
 class _Runner:
@@ -170,7 +168,7 @@ def run_slices(job_dir: Path, *, slice_seconds: float | None = None, slice_steps
     job_dir = Path(job_dir)
     if not (job_dir / "job.json").is_file():
         print(f"trainer slices: {job_dir}/job.json does not exist. Fix: pass a job directory", flush=True)
-        return 2
+        return EXIT_BAD_JOB
     from trainer.stack import import_stack
 
     import_stack()

@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from enum import IntEnum
 from typing import Literal
 
 from app.policy.provisioning import Action, GaveUp, JobState, Record, Stop
@@ -25,6 +26,7 @@ __all__ = [
     "HostProbe",
     "Route",
     "SupervisorConfig",
+    "TrainerExit",
     "Verdict",
     "assess",
     "percentile",
@@ -35,6 +37,18 @@ __all__ = [
 
 VerdictKind = Literal["training", "slice_done", "finished", "dead", "ssh_down", "lost"]
 Route = Literal["same_host", "replace", "stop"]
+
+class TrainerExit(IntEnum):
+    """The trainer's exit codes, as `slice.exit` reports them (trainer/exitcodes.py is the other
+    side of this file protocol; a test checks that the two tables agree)."""
+
+    FINISHED = 0  # max_steps reached, the adapter written
+    FAILED = 1  # training failed; train.log's last line says why
+    BAD_JOB = 2  # job.json or the data refused: retrying cannot help
+    CAP = 3  # the slice's cap reached: resumable
+    REFUSED = 4  # a serving box: never train on this host
+    DISK_FULL = 5  # a checkpoint could not be written
+
 
 GONE_STATES = ("gone", "exited")
 NOT_RUNNING_STATES = ("gone", "exited", "stopped", "unknown", "offline")
@@ -85,9 +99,9 @@ def assess(probe: HostProbe, *, ssh_failures: int, cfg: SupervisorConfig) -> Ver
         return Verdict("ssh_down", f"SSH failed ({ssh_failures} in a row); provider reports {probe.provider_state}")
     if probe.alive:
         return Verdict("training", f"trainer alive at step {probe.step}")
-    if probe.exit_code == 0 and probe.phase == "finished":
+    if probe.exit_code == TrainerExit.FINISHED and probe.phase == "finished":
         return Verdict("finished", f"trainer finished at step {probe.step}")
-    if probe.exit_code == 3:
+    if probe.exit_code == TrainerExit.CAP:
         return Verdict("slice_done", f"slice cap reached at step {probe.step}")
     code = "killed" if probe.exit_code is None else f"exit {probe.exit_code}"
     return Verdict("dead", f"trainer process gone ({code}, status phase {probe.phase}) while the host answers")
@@ -100,9 +114,9 @@ def route_triage(state: str, action: str, *, exit_code: int | None, same_host_re
     Exit 2 (job refused) and 4 (serving box) are not the host's fault and retrying cannot help,
     except that 4 means never train on this host: replace it. Exit 5 (disk full): replace.
     """
-    if exit_code == 2:
+    if exit_code == TrainerExit.BAD_JOB:
         return "stop"
-    if exit_code in (4, 5):
+    if exit_code in (TrainerExit.REFUSED, TrainerExit.DISK_FULL):
         return "replace"
     text = action.lower()
     if "stop the job" in text or state in ("diverged", "data_error"):
