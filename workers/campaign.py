@@ -273,7 +273,7 @@ class _Campaign:
     def run(self) -> dict[str, Any]:
         for job_id in self.jobs:
             self._wake(job_id, self.t0)
-        if self.budget_usd is not None and self.policy != "naive":
+        if self.budget_usd is not None and self.cfg.watch_budget:
             self._push(self.t0, "budget_check", "")
         self._top_up_standby()
         while self.queue and not self._real_jobs_over():
@@ -557,7 +557,7 @@ class _Campaign:
     def _view(self, job: JobState) -> MarketView:
         offers = self.market.search_offers(OfferQuery(limit=0))
         budget_left = None
-        if self.budget_usd is not None and self.policy != "naive":
+        if self.budget_usd is not None and self.cfg.watch_budget:
             budget_left = self.budget_usd - self._committed_usd()
         return MarketView(
             offers=tuple(offers), records=dict(self.records), held=tuple(self.held.values()), budget_left_usd=budget_left
@@ -714,7 +714,7 @@ class _Campaign:
         if act.job_id in self.standby_ids:
             self.standby_spans[iid] = [self.clock.now(), None]
         self._log("created", job=act.job_id, instance=iid, machine=act.offer.machine_id, rate_usd_per_hour=act.offer.dph_total, reason=act.why)
-        if self.policy == "oracle":
+        if self.cfg.failures_seen_at_once:
             self._schedule_oracle(act.job_id, iid, act.offer)
         return CreateResult(act.offer, iid)
 

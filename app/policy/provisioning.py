@@ -159,8 +159,17 @@ class ProvisioningConfig:
     # observed on this marketplace plus progress_hedge_margin_s, gets one more rental (a standby
     # job that does not retry), at most progress_hedge_max per recovery (0: off). Slow chains are
     # never destroyed.
-    progress_hedge_max: int = 0  # off by default: measured in docs/campaign.md (it costs more than it saves)
+    progress_hedge_max: int = 0  # off by default: measured in docs/simulation.md (it costs more than it saves)
     progress_hedge_margin_s: float = 60.0
+    # What a lost or hung host that held work gets: stopped (the product), or destroyed (the naive
+    # renter throws it away, as it always did).
+    destroy_lost_hosts: bool = False
+    # The budget is watched (a reservation before each create, the budget monitor's stop); the naive
+    # renter does not check it.
+    watch_budget: bool = True
+    # The driver reports each failure at the earliest instant anyone could observe it (FailureSeen):
+    # the oracle, the physical limit of any renter.
+    failures_seen_at_once: bool = False
 
 
 def guarded_config() -> ProvisioningConfig:
@@ -169,7 +178,7 @@ def guarded_config() -> ProvisioningConfig:
 
 def oracle_config() -> ProvisioningConfig:
     """Guarded choices; the driver reports each failure at its physical instant (FailureSeen)."""
-    return replace(ProvisioningConfig(), name="oracle")
+    return replace(ProvisioningConfig(), name="oracle", failures_seen_at_once=True)
 
 
 def naive_config() -> ProvisioningConfig:
@@ -194,6 +203,8 @@ def naive_config() -> ProvisioningConfig:
         notice_delay_s=105 * 60.0,
         hold_s=0.0,
         recovery_hedge=1,
+        destroy_lost_hosts=True,
+        watch_budget=False,
     )
 
 
@@ -830,8 +841,7 @@ def _lose_host(
 ) -> tuple[JobState, list[Action]]:
     """A host that held the job's work failed: stop it (never destroy), record, re-queue, resume later."""
     acts: list[Action] = []
-    if cfg.name == "naive":
-        # The naive renter throws the dead host away, as it always did.
+    if cfg.destroy_lost_hosts:
         acts.append(Destroy(job.job_id, att.instance_id, att.machine_id, reason, evidence))
     else:
         acts.append(Stop(job.job_id, att.instance_id, att.machine_id, reason, evidence))
