@@ -80,6 +80,7 @@ __all__ = [
     "Adopt",
     "Attempt",
     "BudgetCapReached",
+    "BudgetRefused",
     "Create",
     "Destroy",
     "FailureSeen",
@@ -284,6 +285,16 @@ class CreateResult:
 
 
 @dataclass(frozen=True, slots=True)
+class BudgetRefused:
+    """The budget refused the create's reservation: nothing was rented. The job waits for money to
+    free up (or for the operator to raise the cap) and gives up after `max_offer_wait_s`."""
+
+    offer: Offer
+    cap: str  # which cap refused, e.g. "job-7" or "day"
+    detail: str = ""
+
+
+@dataclass(frozen=True, slots=True)
 class Adopted:
     held: HeldHost
 
@@ -341,8 +352,8 @@ class BudgetCapReached:
 
 
 Observation = (
-    Tick | CreateResult | Adopted | Polled | PreflightResult | TrainerStatus | FailureSeen | BudgetCapReached
-    | RecoveryProgress
+    Tick | CreateResult | BudgetRefused | Adopted | Polled | PreflightResult | TrainerStatus | FailureSeen
+    | BudgetCapReached | RecoveryProgress
 )
 
 
@@ -497,6 +508,8 @@ def decide(
         return _on_tick(job, obs, now, cfg)
     if isinstance(obs, CreateResult):
         return _on_created(job, obs, now, cfg)
+    if isinstance(obs, BudgetRefused):
+        return _on_budget_refused(job, obs, now, cfg)
     if isinstance(obs, Adopted):
         return _on_adopted(job, obs, now, cfg)
     if isinstance(obs, RecoveryProgress):
@@ -650,13 +663,8 @@ def _on_created(
         return job, []
     if obs.instance_id is None:
         if obs.error and obs.error.startswith("budget"):
-            # The budget refused the reservation: nothing was rented; wait for money to free up
-            # (or for the operator to raise the cap), and give up after max_offer_wait_s.
-            since = job.waiting_since if job.waiting_since is not None else now
-            if now - since >= cfg.max_offer_wait_s:
-                failed = replace(job, phase="failed", failure=f"budget refused every create for {now - since:.0f}s: {obs.error}")
-                return failed, [GaveUp(job.job_id, failed.failure or "")]
-            return replace(job, waiting_since=since), [WakeAt(job.job_id, now + cfg.queue_retry_s)]
+            # The form a budget refusal had before BudgetRefused existed; no driver sends it any more.
+            return _on_budget_refused(job, BudgetRefused(obs.offer, cap="budget", detail=obs.error), now, cfg)
         # Offer taken or provider busy: no money spent, try the next offer at once.
         return job, [WakeAt(job.job_id, now)]
     offer = obs.offer
@@ -670,6 +678,20 @@ def _on_created(
     )
     job = replace(job, phase="booting", attempt=att, creates=job.creates + 1)
     return job, [Record(att.machine_id, att.provider, "create"), WakeAt(job.job_id, now + cfg.boot.poll_s)]
+
+
+def _on_budget_refused(
+    job: JobState, obs: BudgetRefused, now: float, cfg: ProvisioningConfig
+) -> tuple[JobState, list[Action]]:
+    """Nothing was rented: wait for money to free up, and give up after max_offer_wait_s."""
+    if job.phase != "queued":
+        return job, []
+    since = job.waiting_since if job.waiting_since is not None else now
+    why = f"{obs.cap}: {obs.detail}" if obs.detail else obs.cap
+    if now - since >= cfg.max_offer_wait_s:
+        failed = replace(job, phase="failed", failure=f"budget refused every create for {now - since:.0f}s: {why}")
+        return failed, [GaveUp(job.job_id, failed.failure or "")]
+    return replace(job, waiting_since=since), [WakeAt(job.job_id, now + cfg.queue_retry_s)]
 
 
 def _on_adopted(job: JobState, obs: Adopted, now: float, cfg: ProvisioningConfig) -> tuple[JobState, list[Action]]:

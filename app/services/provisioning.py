@@ -54,6 +54,7 @@ from app.policy.provisioning import (
     Action,
     Adopt,
     Adopted,
+    BudgetRefused,
     Create,
     CreateResult,
     Destroy,
@@ -901,14 +902,14 @@ class ProvisioningService:
                    "or tuneharness budget set default --cap-usd N")
             self.ledger.append(Event(kind="create_refused", job=owner, reason=why, payload=extra,
                                      idempotency_key=f"refused:{rental_id}:{int(now)}"))
-            return CreateResult(offer, None, why)
+            return BudgetRefused(offer, cap=owner, detail=why)
         try:
             self.rentals.plan(job=owner, attempt=attempt, offer=offer, disk_gb=spec.disk_gb, ttl_s=self.ttl_s,
                               now=now, reserve_usd=reserve, budget_name=budget_name, spec=spec)
         except BudgetExceeded as exc:
             self.ledger.append(Event(kind="create_refused", job=owner, reason=str(exc), payload=extra,
                                      idempotency_key=f"refused:{rental_id}:{int(now)}"))
-            return CreateResult(offer, None, f"budget: {exc}")
+            return BudgetRefused(offer, cap=exc.budget, detail=str(exc))
         try:
             rental = self.rentals.execute(rental_id, market=self.market_for(offer.provider), spec=spec, now=now)
         except OfferGone as exc:
