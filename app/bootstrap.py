@@ -227,7 +227,7 @@ def sim_campaign(
     trace: str, *, policy: str, jobs: int | None = None, seed: int = 0, standby_hosts: int = 0
 ) -> dict[str, Any]:
     """Replay a whole campaign in virtual time (`tuneharness sim campaign`): the referee's receipt."""
-    from workers.campaign import run_campaign_file
+    from providers.sim.campaign import run_campaign_file
 
     return run_campaign_file(trace, policy=policy, jobs=jobs, seed=seed, standby_hosts=standby_hosts).receipt
 

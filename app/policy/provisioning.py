@@ -171,6 +171,11 @@ class ProvisioningConfig:
     # The driver reports each failure at the earliest instant anyone could observe it (FailureSeen):
     # the oracle, the physical limit of any renter.
     failures_seen_at_once: bool = False
+    # Money: a create reserves reserve_factor x its expected attempt cost before it is made; the
+    # budget monitor stops every job under a cap once what was billed plus budget_guard_s of what
+    # still bills would reach it (app.policy.fleet).
+    reserve_factor: float = 1.3
+    budget_guard_s: float = 90.0
 
 
 def guarded_config() -> ProvisioningConfig:

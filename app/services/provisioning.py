@@ -5,7 +5,7 @@ Celery's `provision`, `watch_boot` and `preflight` tasks are thin shells around 
 SSH), call the pure `decide`, apply each action (creates through the crash-safe rental protocol
 with its budget reservation, destroys that automation is allowed, reputation and quarantine,
 ledger events with the evidence), save the state, and say when to look again. The campaign
-simulator (`workers/campaign.py`) drives the same `decide` in virtual time.
+simulator (`providers/sim/campaign`) drives the same `decide` in virtual time.
 
 Scope: from queued to "training handed over"; the supervisor (`app.services.supervisor`) takes the
 job from there and feeds what it sees back through `observe` (lost host, hang, finished).

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from providers.sim.trace import parse_trace
-from workers.campaign import run_campaign
+from providers.sim.campaign import run_campaign
 
 ROOT = Path(__file__).resolve().parents[3]
 

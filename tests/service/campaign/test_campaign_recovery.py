@@ -1,4 +1,4 @@
-"""Issue 7 and issue 5 simulator targets: recoveries from hosts lost mid-run, hangs, warm standby, budget cap."""
+"""Simulator targets for recovery and hangs: hosts lost mid-run, hangs, warm standby, budget cap."""
 
 from __future__ import annotations
 
@@ -9,23 +9,23 @@ import pytest
 
 from providers.sim.make_traces import hangs, marketplace, recovery
 from providers.sim.trace import Trace, load_trace, parse_trace
-from workers.campaign import CampaignResult, _Campaign, run_campaign
+from providers.sim.campaign import Campaign, CampaignResult, run_campaign
 
 RECOVERY_KEYS = {"job", "machine_id", "cause", "lost_at_s", "resumed_at_s"}
-WATCHDOG_GRACE_S = 30 * 60.0  # issue 5: idle grace period
-WATCHDOG_INTERVAL_S = 5 * 60.0  # issue 5: watchdog period
+WATCHDOG_GRACE_S = 30 * 60.0  # the idle watchdog's grace period
+WATCHDOG_INTERVAL_S = 5 * 60.0  # the idle watchdog's period
 
 
 def campaign(
     trace: Trace, *, standby_hosts: int = 0, progress_hedge_max: int | None = None
-) -> tuple[CampaignResult, _Campaign]:
-    c = _Campaign(trace, "guarded", jobs=None, seed=0, trace_label=trace.name, standby_hosts=standby_hosts,
+) -> tuple[CampaignResult, Campaign]:
+    c = Campaign(trace, "guarded", jobs=None, seed=0, trace_label=trace.name, standby_hosts=standby_hosts,
                   progress_hedge_max=progress_hedge_max)
     receipt = c.run()
     return CampaignResult(receipt=receipt, ledger=c.ledger, unfinished=dict(c.failed)), c
 
 
-def recovery_facts(res: CampaignResult, c: _Campaign) -> list[dict[str, float]]:
+def recovery_facts(res: CampaignResult, c: Campaign) -> list[dict[str, float]]:
     """Per recovery: seconds to detect (loss -> the lost host stopped), to recover, and the replacement's pull."""
     facts = []
     for rec in res.receipt["recoveries"]:
@@ -91,7 +91,7 @@ def test_progress_hedging_on_the_shipped_marketplace_meets_the_pull_target() -> 
 
 @pytest.mark.parametrize("seed", [2, 4, 5, 8])
 def test_generated_recovery_traces_meet_the_targets_without_standby(seed: int) -> None:
-    """On recovery traces not in the repository the no-standby targets hold (see docs/campaign.md for the sweep)."""
+    """On recovery traces not in the repository the no-standby targets hold (see docs/simulation.md for the sweep)."""
     check_recovery_targets(parse_trace(recovery(seed)), standby_hosts=0)
 
 

@@ -6,7 +6,7 @@ import pytest
 
 from providers.sim.make_traces import adversarial, marketplace
 from providers.sim.trace import Trace, load_trace, parse_trace
-from workers.campaign import run_campaign
+from providers.sim.campaign import run_campaign
 
 RECEIPT_KEYS = [
     "policy", "trace", "creates", "dead_hosts", "dead_host_cost_usd", "dead_host_mean_lifetime_s",
@@ -48,7 +48,7 @@ def test_receipt_has_exactly_the_documented_fields() -> None:
 @pytest.mark.parametrize(("gen", "seed"), [(g, s) for g in (marketplace, adversarial) for s in range(1, 9)])
 def test_generated_traces_meet_the_per_trace_targets(gen: object, seed: int) -> None:
     """On traces shaped like the shipped ones but not in the repository, every target holds, the
-    25%-of-naive one included (the 104-trace sweep in docs/campaign.md names the 2 seeds where it does not)."""
+    25%-of-naive one included (the 104-trace sweep in docs/simulation.md names the 2 seeds where it does not)."""
     trace = parse_trace(gen(seed))  # type: ignore[operator]
     r = three(trace)
     check_guarded(r, trace)
