@@ -90,7 +90,7 @@ _NEEDS = ("gpu", "min_vram_gb", "max_usd_per_hour", "providers", "image", "disk_
           "min_reliability", "min_download_mbps", "download_gb", "train_hours", "standby_hosts")
 # Warm standby hosts per job: each one bills its GPU while it waits, so keep the number small.
 MAX_STANDBY_HOSTS = 4
-# The trainer's job.json contract (issue 6; trainer/jobspec.py is the authority on the host).
+# The trainer's job.json contract (trainer/jobspec.py is the authority on the host).
 _TRAIN_REQUIRED = ("base_model", "task", "train_file", "max_steps", "checkpoint_every", "seed",
                    "learning_rate", "batch_size", "max_seq_len", "lora", "quantization")
 _TRAIN_OPTIONAL = ("eval_file", "lr_schedule", "warmup_steps", "grad_accum", "max_grad_norm",

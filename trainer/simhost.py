@@ -1,6 +1,6 @@
 """What a simulated host does to the trainer: it hangs when its truth says so.
 
-On a host of the simulated marketplace, `TUNEHARNESS_SIM_TRUTH` names a JSON file (docs/sim.md)
+On a host of the simulated marketplace, `TUNEHARNESS_SIM_TRUTH` names a JSON file (docs/simulation.md)
 whose `hangs_at_epoch_s` is the simulated instant at which the training process hangs, and whose
 `clock` (`{"scale", "epoch_s"}`, or null for the wall clock) says how to read simulated time:
 `epoch_s + scale * (time.time() - epoch_s)`. Once that instant has passed, `trainer run` stops

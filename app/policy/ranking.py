@@ -19,7 +19,7 @@ the job's minimum reliability as a filter that relaxes only when nothing above i
 platform's own filter; the naive renter); `"prior"` ranks every offer and lets the score weigh
 in only as the prior of p, as the guarded policy does: measured on marketplace-shaped traces, the
 floor pushed renters onto dear, traffic-billing duds with shiny scores while cheaper zero-traffic
-hosts below 0.98 delivered as often (docs/campaign.md). A hard floor
+hosts below 0.98 delivered as often (docs/simulation.md). A hard floor
 (`Requirements.reliability_floor_soft=False`) filters in both modes.
 
 (The all-in price formula is `app.policy.pricing.expected_cost`, shared with the market CLI; this

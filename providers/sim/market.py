@@ -4,7 +4,7 @@ State is never advanced by a loop: every answer is computed from the clock and t
 virtual clock can jump hours at once. What a renter sees (`Offer`, `Instance`) carries no truth;
 the simulator's own referee (`market.referee`) reads truth and bills from it.
 
-Semantics (all times in seconds after the instance's create; see docs/sim.md):
+Semantics (all times in seconds after the instance's create; see docs/simulation.md):
 - loading while the host pulls image+model at `pull_mbps`; the status line
   `Downloading 3.21/23.00 GB` is refreshed every `status_every_s` from t=0; then `running`.
 - `freeze_at_s`: the line stops changing and the pull stops; never ready.

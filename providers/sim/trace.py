@@ -4,7 +4,7 @@ A trace is what a simulated marketplace rents out: a workload and a list of host
 an `offer` (all a renter can see) and a `truth` (what really happens; read only by the
 simulator). Unspecified truth fields default to a healthy host that delivers what it offers.
 A malformed trace is refused with a `TraceError` naming the host index and the field.
-The format is documented in docs/sim.md.
+The format is documented in docs/simulation.md.
 """
 
 from __future__ import annotations
