@@ -49,8 +49,8 @@ __all__ = [
 ]
 
 DEFAULT_REFILL_S = 600.0  # how long a refill is assumed to take before any host was verified
-RUNNING = "running"
 GONE = ("gone", "exited")
+NOT_THERE = (*GONE, "stopped")  # a held host in one of these states is no longer there to hold
 
 
 # -- the loss record of verified hosts ----------------------------------------------------------
@@ -63,6 +63,7 @@ class RiskSpan:
     verified_at: float
     ended_at: float | None = None
     lost: bool = False
+    owner: str = ""  # the pool whose recoveries it trains for or waits for
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,13 +76,14 @@ class Exposure:
     refill_s: float = DEFAULT_REFILL_S  # median create-to-verified time
 
 
-def exposure(spans: Sequence[RiskSpan], *, now: float) -> Exposure:
-    """The loss record of `spans` as of `now`."""
+def exposure(spans: Sequence[RiskSpan], *, now: float, owner: str | None = None) -> Exposure:
+    """The loss record of `spans` as of `now`: the loss rate and the refill time from every verified
+    host seen on the marketplace, the hosts at risk those of `owner`'s pool (None: all)."""
     verify = [s.verified_at - s.created_at for s in spans if s.verified_at >= s.created_at]
     return Exposure(
         losses=sum(1 for s in spans if s.lost and s.ended_at is not None),
         exposure_s=sum(max(0.0, (now if s.ended_at is None else s.ended_at) - s.verified_at) for s in spans),
-        at_risk=sum(1 for s in spans if s.ended_at is None),
+        at_risk=sum(1 for s in spans if s.ended_at is None and (owner is None or s.owner == owner)),
         refill_s=statistics.median(verify) if verify else DEFAULT_REFILL_S,
     )
 
@@ -146,7 +148,8 @@ class HeldLook:
 
     host: HeldHost
     held_work: bool  # it trained a job: automation may only stop it
-    state: str | None = None  # the vendor's state; None: not looked at (or the look failed)
+    state: str | None = None  # the vendor's state; None: not looked at (or the look failed); any
+    # state but gone, exited or stopped (a vendor's passing "unknown") leaves the hold as it is
     kill_at: float | None = None
     rental_active: bool = True
 
@@ -194,7 +197,7 @@ def judge_held(look: HeldLook, *, now: float, cfg: ProvisioningConfig, missing_b
     h = look.host
     if not look.rental_active:
         return Drop(h, lost=False, evidence="its rental ended")
-    if look.state is not None and look.state != RUNNING:
+    if look.state in NOT_THERE:
         return Drop(h, lost=look.state in GONE, evidence=f"held host reported {look.state}")
     if h.standby and beyond_pool and not recovering and h.hold_until > now + cfg.hold_s:
         return Renew(h, until=now + cfg.hold_s, standby=h.standby,

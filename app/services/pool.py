@@ -28,6 +28,7 @@ from sqlalchemy import Engine, func, select
 from sqlmodel import Field, SQLModel
 
 from app.db import read_connection, write_transaction
+from app.policy.fleet import RiskSpan
 from app.policy.retry import HeldHost
 
 __all__ = [
@@ -36,6 +37,7 @@ __all__ = [
     "HeldHostRow",
     "JobPoolRow",
     "Pool",
+    "RiskSpanRow",
     "StandbyJob",
     "StandbyJobRow",
 ]
@@ -85,6 +87,20 @@ class StandbyJobRow(SQLModel, table=True):
     created_at: float
 
 
+class RiskSpanRow(SQLModel, table=True):
+    """A verified host exposed to being lost (training, or waiting as standby) from its verification
+    to its end: the record the standby pool's size is judged on (`app.policy.fleet.exposure`)."""
+
+    __tablename__ = "risk_spans"
+
+    id: str = Field(primary_key=True)  # "<provider>:<instance>"
+    owner: str = Field(index=True)
+    created_at: float
+    verified_at: float
+    ended_at: float | None = None
+    lost: bool = False
+
+
 class JobPoolRow(SQLModel, table=True):
     """How many verified standby hosts a job keeps while it runs."""
 
@@ -97,6 +113,7 @@ class JobPoolRow(SQLModel, table=True):
 _H = HeldHostRow.__table__  # type: ignore[attr-defined]
 _S = StandbyJobRow.__table__  # type: ignore[attr-defined]
 _P = JobPoolRow.__table__  # type: ignore[attr-defined]
+_R = RiskSpanRow.__table__  # type: ignore[attr-defined]
 
 
 @dataclass(frozen=True, slots=True)
@@ -225,10 +242,13 @@ class Pool:
                 state="released", ended_at=now, end_reason=reason))
             return bool(moved.rowcount == 1)
 
-    def renew(self, row_id: str, *, hold_until: float) -> bool:
+    def renew(self, row_id: str, *, hold_until: float, standby: bool | None = None) -> bool:
+        """A new end for a host still held (and, if given, whether it now waits as standby)."""
+        values: dict[str, Any] = {"hold_until": hold_until}
+        if standby is not None:
+            values["standby"] = standby
         with write_transaction(self.engine, lock=_LOCK) as conn:
-            moved = conn.execute(_H.update().where(_H.c.id == row_id, _H.c.state == "held").values(
-                hold_until=hold_until))
+            moved = conn.execute(_H.update().where(_H.c.id == row_id, _H.c.state == "held").values(**values))
             return bool(moved.rowcount == 1)
 
     def held_until(self) -> dict[tuple[str, str], float]:
@@ -275,3 +295,23 @@ class Pool:
     def pools(self) -> dict[str, int]:
         with read_connection(self.engine) as conn:
             return {r.job_id: int(r.standby_hosts) for r in conn.execute(select(_P)) if int(r.standby_hosts) > 0}
+
+    # -- the loss record --------------------------------------------------------------------------
+    def at_risk(self, provider: str, instance_id: str, *, owner: str, created_at: float, now: float) -> None:
+        """A verified host is now exposed to being lost (idempotent while its span is open)."""
+        key = f"{provider}:{instance_id}"
+        with write_transaction(self.engine, lock=f"{_LOCK}.risk") as conn:
+            if conn.execute(select(_R.c.id).where(_R.c.id == key)).first() is None:
+                conn.execute(_R.insert().values(id=key, owner=owner, created_at=created_at, verified_at=now))
+
+    def off_risk(self, provider: str, instance_id: str, *, lost: bool, now: float) -> None:
+        """The host's exposure ended (`lost`: it was lost or hung)."""
+        with write_transaction(self.engine, lock=f"{_LOCK}.risk") as conn:
+            conn.execute(_R.update().where(_R.c.id == f"{provider}:{instance_id}", _R.c.ended_at.is_(None)).values(
+                ended_at=now, lost=lost))
+
+    def spans(self) -> list[RiskSpan]:
+        with read_connection(self.engine) as conn:
+            return [RiskSpan(created_at=float(r.created_at), verified_at=float(r.verified_at),
+                             ended_at=None if r.ended_at is None else float(r.ended_at), lost=bool(r.lost),
+                             owner=r.owner) for r in conn.execute(select(_R))]

@@ -120,12 +120,12 @@ class Fleet:
 
     def recover_with_hedges(self, job_id: str) -> list[Any]:
         """Train the job, lose its host, run until it trains again and every standby job it
-        started has ended; its standby holds then."""
+        started has ended; its hosts held then (the hedges that lost the race)."""
         self.train(job_id)
         self.lose(job_id)
         self.run(lambda: job_id in self.handed)
         self.run(lambda: self.standby_jobs_ended(job_id))
-        return [h for h in self.svc.pool.held(owner=job_id) if h.standby]
+        return self.svc.pool.held(owner=job_id)
 
     def standby_jobs_ended(self, owner: str) -> bool:
         """Every standby job of `owner` is done or failed."""
@@ -186,7 +186,7 @@ def test_two_jobs_racing_for_one_held_host_exactly_one_adopts(tmp_path: Path) ->
     f.finish("job-a")
     jobs = [new_job(j, req=Requirements(), shape=SHAPE) for j in ("job-b", "job-c")]
     for job in jobs:
-        assert f.svc._save(job, 0, f.clock.now())
+        assert f.svc.save([(job, 0, f.clock.now())])
     views = [f.svc._view(job) for job in jobs]
     assert all(v.held and v.held[0].instance_id == inst for v in views)
     barrier = threading.Barrier(2)
@@ -344,7 +344,8 @@ def test_standby_hosts_keep_one_verified_host_and_a_recovery_adopts_it(tmp_path:
 def test_a_hedged_recovery_starts_standby_jobs_and_holds_the_extras(tmp_path: Path) -> None:
     """No verified host waits when job-a's host is lost: the recovery's own create goes to a slow
     host and standby jobs start beside it; the first verified host takes the job (its own attempt
-    is handed to a standby job), and the other verified hosts are held for its next recovery."""
+    is handed to a standby job), and the other verified hosts are held: the job keeps no pool, so
+    they get the ordinary hold, for any compatible job (app.policy.fleet.hold_terms)."""
     f = Fleet(tmp_path, slow=("m-1",))
     first = f.train("job-a")
     assert f.market.status(first).machine_id == "m-0"
@@ -361,13 +362,15 @@ def test_a_hedged_recovery_starts_standby_jobs_and_holds_the_extras(tmp_path: Pa
     got = f.market.status(f.handed["job-a"]).machine_id
     assert got not in ("m-0", "m-1")  # a hedge's host, verified before the slow one
     assert [r.kind for r in f.rows(job="job-a")].count("attempt_handed_over") == 1
-    assert any(r.kind == "host_adopted" and r.payload["standby"] for r in f.rows(job="job-a"))
+    adopted = [r for r in f.rows(job="job-a") if r.kind == "host_adopted"]
+    assert len(adopted) == 1 and ".standby-" in adopted[0].payload["released_by"]  # a hedge's host
 
     f.run(lambda: f.standby_jobs_ended("job-a"))
-    held = [h for h in f.svc.pool.held(owner="job-a") if h.standby]
-    assert held and all(not h.held_work for h in held)
+    held = f.svc.pool.held(owner="job-a")
+    assert held and all(not h.held_work and not h.standby for h in held)
+    assert all(h.hold_until <= h.verified_at + f.svc.cfg.hold_s for h in held)
     machines = {h.machine_id for h in held}
-    assert "m-1" in machines  # the recovery's own slow attempt, finished as a standby
+    assert "m-1" in machines  # the recovery's own slow attempt, finished by the standby job it was handed to
     for r in f.svc.rentals.all(job="job-a"):  # every hedge reserved and billed under job-a
         assert r.reservation_id is not None
 
@@ -514,12 +517,12 @@ def test_a_crash_in_the_middle_of_a_hand_over_leaves_the_booting_attempt_driven(
     when the process dies while the hand-over writes the standby job that takes that attempt,
     then the job still drives that rental itself (the hand-over wrote nothing), and after the
     redelivered tasks and the next sweep no active rental is left without a state or a hold."""
-    import app.services.provisioning as prov
+    import app.policy.codec as codec
 
     f = Fleet(tmp_path, slow=("m-1",))
     f.train("job-a")
     f.lose("job-a")
-    real_dump = prov.dump_job
+    real_dump = codec.dump_job
     crashed: list[str] = []
 
     def dump_job(job: Any) -> Any:
@@ -529,7 +532,7 @@ def test_a_crash_in_the_middle_of_a_hand_over_leaves_the_booting_attempt_driven(
             raise Crash(f"killed while saving {job.job_id}")
         return real_dump(job)
 
-    monkeypatch.setattr(prov, "dump_job", dump_job)
+    monkeypatch.setattr(codec, "dump_job", dump_job)
     for _ in range(3000):  # Fleet.run, with the crashed task redelivered (acks_late)
         if "job-a" in f.handed:
             break
@@ -611,15 +614,17 @@ def test_a_standby_host_verified_while_the_recoverys_own_host_passes_preflight_i
     assert own is not None and standby_inst is not None
 
     inside, go_on = threading.Event(), threading.Event()
-    real_start = f.svc._start_training
+    from app.services.provisioning.effects import StepEffects
 
-    def slow_start(job: Any, act: Any) -> None:
+    real_start = StepEffects.start_training
+
+    def slow_start(self: StepEffects, job: Any, act: Any) -> None:
         if job.job_id == "job-a":
             inside.set()
             assert go_on.wait(10)
-        real_start(job, act)
+        real_start(self, job, act)
 
-    monkeypatch.setattr(f.svc, "_start_training", slow_start)
+    monkeypatch.setattr(StepEffects, "start_training", slow_start)
     steps: dict[str, Step] = {}
     mine = threading.Thread(target=lambda: steps.__setitem__("own", f.svc.preflight("job-a", own)))
     theirs = threading.Thread(target=lambda: steps.__setitem__("standby", f.svc.preflight(standby_id, standby_inst)))
@@ -635,7 +640,7 @@ def test_a_standby_host_verified_while_the_recoverys_own_host_passes_preflight_i
     assert steps["standby"].also == ()
     kinds = [r.kind for r in f.rows(job="job-a")]
     assert "attempt_handed_over" not in kinds and "provisioning_conflict" not in kinds
-    assert [h.instance_id for h in f.svc.pool.held(owner="job-a") if h.standby] == [standby_inst]
+    assert [h.instance_id for h in f.svc.pool.held(owner="job-a")] == [standby_inst]
     state = f.svc.state("job-a")
     assert state is not None and state[0].phase == "training" and state[0].attempt is not None
     assert state[0].attempt.instance_id == own
@@ -651,7 +656,8 @@ def test_a_standby_host_held_long_for_a_recovery_that_took_another_gets_the_ordi
     assert held
     now = f.clock.now()
     long_one = held[0]
-    assert f.svc.pool.renew(long_one.id, hold_until=f.rental(long_one.instance_id).kill_at)  # as the race left it
+    # as a race of two verified hosts can leave it: a standby hold until the kill-time
+    assert f.svc.pool.renew(long_one.id, hold_until=f.rental(long_one.instance_id).kill_at, standby=True)
     f.svc.sweep_holds()
     (after,) = [h for h in f.svc.pool.held(owner="job-a") if h.id == long_one.id]
     assert after.hold_until == now + f.svc.cfg.hold_s

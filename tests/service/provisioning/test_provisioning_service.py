@@ -84,7 +84,7 @@ def test_a_redelivered_step_changes_nothing_twice(tmp_path: Path) -> None:
 
     h = Harness(tmp_path)
     job = new_job("job-1", req=Requirements(), shape=SHAPE)
-    assert h.svc._save(job, 0, h.clock.now())
+    assert h.svc.save([(job, 0, h.clock.now())])
     view = MarketView(offers=tuple(h.market.search_offers(OfferQuery())))
     first = h.svc._run(job, 1, Tick(view))
     second = h.svc._run(job, 1, Tick(view))
@@ -103,7 +103,7 @@ def test_two_steps_of_a_queued_job_at_once_rent_one_host(tmp_path: Path) -> None
     from app.policy.provisioning import new_job
 
     h = Harness(tmp_path)
-    assert h.svc._save(new_job("job-1", req=Requirements(), shape=SHAPE), 0, h.clock.now())
+    assert h.svc.save([(new_job("job-1", req=Requirements(), shape=SHAPE), 0, h.clock.now())])
     inside, go_on = threading.Event(), threading.Event()
     real_create = h.market.create
     calls: list[str] = []

@@ -115,7 +115,7 @@ def test_a_step_that_cannot_get_its_lease_applies_nothing_and_comes_back(tmp_pat
     )
     svc.leases.wait_s = 0.05
     job = new_job("job-1", req=Requirements(), shape=JobShape(download_gb=3.0, train_s=120.0, disk_gb=20.0))
-    assert svc._save(job, 0, clock.now())
+    assert svc.save([(job, 0, clock.now())])
     assert svc.leases.try_acquire("job-1") is not None  # a stuck step of the same job
     step = svc._run(job, 1, Tick(MarketView(offers=tuple(market.search_offers(OfferQuery())))))
     assert step.phase == "queued" and step.wake_at is not None and step.wake_at > clock.now()
