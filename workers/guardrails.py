@@ -103,12 +103,24 @@ def reconcile(self: Any) -> dict[str, Any]:
 
 @task("maintenance", "budget_monitor")
 def budget_monitor(self: Any) -> dict[str, Any]:
-    """Warn at 80% of a cap's spend; stop the affected instances at 100%."""
-    rentals = _rentals()
+    """Warn at 80% of a cap's spend; at the cap, end the jobs spending under it (through the policy)."""
+    from app.services.provisioning import Step
     from app.services.supervisor import checkpoint_safe
+    from workers.provisioning import schedule
+
+    rentals = _rentals()
+    ended: list[Step] = []
+
+    def end_job(job_id: str, cap: str, evidence: str) -> bool:
+        steps = bootstrap.provisioning().end_at_cap(job_id, cap=cap, evidence=evidence)
+        ended.extend(steps)
+        return bool(steps)
 
     report = guardrails.sweep_budgets(rentals.budget, notifier=bootstrap.notifier(), rentals=rentals,
                                       markets=_markets(rentals), now=time.time(),
-                                      checkpoint_safe=lambda job: checkpoint_safe(rentals.engine, job))
+                                      checkpoint_safe=lambda job: checkpoint_safe(rentals.engine, job),
+                                      end_job=end_job)
+    for step in ended:
+        schedule(step)
     record_success(bootstrap.engine(), "budget-monitor", time.time())
     return _summary(report)

@@ -18,7 +18,7 @@ from workers.celery_app import app
 from workers.config import MAX_COUNTDOWN_S
 from workers.tasks import task
 
-__all__ = ["preflight", "provision", "sweep_holds", "watch_boot"]
+__all__ = ["preflight", "provision", "schedule", "sweep_holds", "watch_boot"]
 
 
 def _countdown_s(wake_at: float) -> float:
@@ -27,13 +27,13 @@ def _countdown_s(wake_at: float) -> float:
     return min(float(MAX_COUNTDOWN_S), clock.wall_seconds(max(0.0, wake_at - clock.now())))
 
 
-def _schedule(step: Step) -> dict[str, Any]:
+def schedule(step: Step) -> dict[str, Any]:
     # Standby jobs this step started (a hedge, a pool top-up) go through the same tasks at once;
     # other jobs it moved (a recovery that adopted a standby host) are scheduled like any step.
     for standby_id in step.spawned:
         watch_boot.apply_async(args=[standby_id])
     for other in step.also:
-        _schedule(other)
+        schedule(other)
     if step.preflight_instance is not None:
         preflight.apply_async(args=[step.job_id, step.preflight_instance])
     elif step.wake_at is not None and step.handed_over is None:
@@ -65,7 +65,7 @@ def provision(self: Any, job_id: str) -> dict[str, Any]:
                                               standby_hosts=spec.needs.standby_hosts)
     except ProviderBusy as exc:
         raise self.retry(exc=exc, countdown=30) from None
-    return _schedule(step)
+    return schedule(step)
 
 
 @task("provision", "watch_boot")
@@ -75,13 +75,13 @@ def watch_boot(self: Any, job_id: str) -> dict[str, Any]:
         step = bootstrap.provisioning().step(job_id)
     except (ProviderBusy, MarketError) as exc:
         raise self.retry(exc=exc, countdown=15) from None
-    return _schedule(step)
+    return schedule(step)
 
 
 @task("ssh", "preflight")
 def preflight(self: Any, job_id: str, instance_id: str) -> dict[str, Any]:
     """Run the compute preflight over SSH on the job's new host and judge it."""
-    return _schedule(bootstrap.provisioning().preflight(job_id, instance_id))
+    return schedule(bootstrap.provisioning().preflight(job_id, instance_id))
 
 
 @task("maintenance", "sweep_holds")
@@ -95,7 +95,7 @@ def sweep_holds(self: Any) -> dict[str, Any]:
     svc = bootstrap.provisioning()
     report = svc.sweep_holds()
     for step in report.steps:
-        _schedule(step)
+        schedule(step)
     record_success(svc.engine, "held-hosts", time.time())
     return {"examined": report.examined, "released": report.released, "renewed": report.renewed,
             "dropped": report.dropped, "errors": report.errors, "started": [s.job_id for s in report.steps]}

@@ -25,7 +25,6 @@ from app.policy.guardrails import (
     Listed,
     MarkLost,
     StopOrphan,
-    budget_level,
     idle_verdict,
     past_kill_time,
     reconcile,
@@ -239,15 +238,30 @@ def _orphan_event(provider: str, action: StopOrphan, now: float):  # type: ignor
                  idempotency_key=f"orphan_stopped:{provider}:{action.instance_id}")
 
 
+def _burn_per_s(r: Rental, *, unit: str) -> float:
+    """What one rental adds to a cap every second from now on: GPU minutes, or dollars (GPU while
+    running, storage while stopped or running)."""
+    if unit == "gpu_minutes":
+        return 1.0 / 60.0 if r.state == "active" else 0.0
+    storage = (r.storage_per_gb_month or 0.0) * r.disk_gb / 720.0 / 3600.0
+    return storage + ((r.rate_usd_per_hour or 0.0) / 3600.0 if r.state == "active" else 0.0)
+
+
 def sweep_budgets(
     budget: Budget, *, notifier: Notifier | None = None, rentals: Rentals | None = None,
     markets: Mapping[str, Market] | None = None, now: float | None = None,
     checkpoint_safe: Callable[[str], bool] | None = None,
+    end_job: Callable[[str, str, str], bool] | None = None,
 ) -> SweepReport:
-    """Spend against every cap: warn at 80%, stop the affected instances at 100%.
+    """Spend against every cap: warn at 80%, and at the cap end what spends under it.
 
-    An instance holding a job's work is stopped only once its latest checkpoint is safe (pulled
-    off the host); until then the stop waits for the next sweep (the supervisor pulls every poll).
+    The level is the fleet policy's (`app.policy.fleet.budget_verdict`): what was billed plus
+    what still bills for `budget_guard_s`, so the stop comes before the next sweep could overspend.
+    At the cap, each job spending under it is ended through the provisioning policy (`end_job`:
+    its host stopped, or destroyed if it never held work; its standby jobs too; nothing new rented;
+    the job fails naming the cap); a rental with no provisioning job behind it (a finished job's
+    held host) is stopped directly. A job whose host holds its work is ended only once its latest
+    checkpoint is safe (pulled off the host); until then the stop waits for the next sweep.
 
     Spend is what was billed: settled reservations plus what live rentals have billed so far
     (GPU while running, storage while stopped), not what is merely reserved. New creates are
@@ -255,6 +269,10 @@ def sweep_budgets(
     """
     import time as _time
 
+    from app.policy.fleet import budget_verdict
+    from app.policy.provisioning import guarded_config
+
+    cfg = guarded_config()
     report = SweepReport("budget_monitor")
     now = _time.time() if now is None else now
     live = rentals.all(states=("active", "stopped")) if rentals is not None else []
@@ -268,7 +286,8 @@ def sweep_budgets(
         else:
             billed = sum(rentals.spent_usd(r, now=now) for r in mine) if rentals is not None else 0.0
         spent = s.spent_usd + billed
-        level = budget_level(committed_usd=spent, cap_usd=s.cap_usd)
+        burn = sum(_burn_per_s(r, unit=s.unit) for r in mine)
+        level = budget_verdict(spent_usd=spent, burn_usd_per_s=burn, cap_usd=s.cap_usd, cfg=cfg)
         if level == "ok":
             continue
         report.warnings.append(f"{s.name}:{level}")
@@ -278,12 +297,21 @@ def sweep_budgets(
                                key=f"{kind}:{s.name}:{s.cap_usd}:{int(now // 86400)}"))
         if level != "stop" or rentals is None or markets is None:
             continue
+        ended: set[str] = set()
         for r in mine:
             market = markets.get(r.provider)
             if market is None or r.state != "active":
                 continue
             if r.held_work and checkpoint_safe is not None and not checkpoint_safe(r.job):
                 report.warnings.append(f"{s.name}:stop-waits-for-checkpoint:{r.job}")
+                continue
+            if r.job in ended:
+                continue
+            cap = f"budget {s.name} (${s.cap_usd:.2f})" if s.unit != "gpu_minutes" else f"budget {s.name}"
+            if end_job is not None and end_job(r.job, cap, f"{spent:.4f} of {s.cap_usd:.4f} spent"):
+                ended.add(r.job)
+                report.stopped += [x.instance_id for x in mine if x.job == r.job and x.instance_id
+                                   and (now_ := rentals.get(x.id)) is not None and now_.state != "active"]
                 continue
             try:
                 if rentals.stop(r.id, market=market, reason="budget_stop", kind="instance_stopped", now=now,

@@ -666,3 +666,38 @@ def test_a_standby_host_held_long_for_a_recovery_that_took_another_gets_the_ordi
     report = f.svc.sweep_holds()
     assert long_one.instance_id in report.released
     assert f.rental(long_one.instance_id).state != "active"
+
+
+def test_a_job_at_its_cap_ends_through_the_policy_with_its_standby_jobs(tmp_path: Path) -> None:
+    """Given job-a training with a standby pool, when its budget reaches the cap, then the budget
+    monitor ends it through the provisioning policy (BudgetCapReached): its training host is stopped
+    (it held work), its standby host released, the job fails naming the cap, and nothing new is
+    rented for it."""
+    from app.services.guardrails import sweep_budgets
+
+    f = Fleet(tmp_path)
+    first = f.train("job-a", standby_hosts=1)
+    f.run(lambda: any(h.standby for h in f.svc.pool.held()))
+    budget = f.svc.rentals.budget
+    budget.set_cap("job-a", 0.01)  # already spent
+    ended: list[Step] = []
+
+    def end_job(job: str, cap: str, evidence: str) -> bool:
+        steps = f.svc.end_at_cap(job, cap=cap, evidence=evidence)
+        ended.extend(steps)
+        return bool(steps)
+
+    report = sweep_budgets(budget, rentals=f.svc.rentals, markets={"sim": f.market}, now=f.clock.now(),
+                           checkpoint_safe=lambda job: True, end_job=end_job)
+    assert report.warnings == ["job-a:stop"] and first in report.stopped
+    state = f.svc.state("job-a")
+    assert state is not None and state[0].phase == "failed" and "budget cap reached" in (state[0].failure or "")
+    assert ended and ended[0].phase == "failed"
+    assert f.rental(first).state == "stopped"  # it held work: stopped, never destroyed
+    assert [h for h in f.svc.pool.held() if h.standby] == []  # the pool went with the job
+    assert any(r.kind == "provisioning_failed" and "budget" in r.reason for r in f.rows(job="job-a"))
+    creates = len(f.market.referee.instance_ids())
+    f.clock.set(f.clock.now() + 3600)
+    for job_id in list(f.pending):
+        f.schedule(f.svc.step(job_id))
+    assert len(f.market.referee.instance_ids()) == creates
