@@ -19,6 +19,7 @@ it, so two tasks stepping one job at once never both rent or adopt.
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import replace
@@ -28,6 +29,7 @@ from sqlalchemy import Engine
 from app.interpreter import apply, drive
 from app.ledger import Event, Ledger
 from app.market import LaunchSpec, Market, MarketError, OfferQuery
+from app.policy.fleet import budget_exhausted, reservation_usd
 from app.policy.provisioning import (
     BudgetCapReached,
     FailureSeen,
@@ -151,7 +153,15 @@ class ProvisioningService:
             return Step(job_id, "done", standby=True)
         obs: Observation | None = None
         if job.phase == "queued":
-            obs = Tick(view=self._view(job))
+            view = self._view(job)
+            obs = Tick(view=view)
+            owner = self.owner_of(job_id)
+            if budget_exhausted(budget_left_usd=view.budget_left_usd,
+                                anything_live=bool(view.held) or self._spending(owner),
+                                cheapest_attempt_usd=min((reservation_usd(o, job.shape, self.cfg)
+                                                          for o in view.offers), default=math.inf)):
+                obs = BudgetCapReached(f"budget of {owner}", f"${view.budget_left_usd:.4f} left, less than the "
+                                                             "cheapest attempt reserves; nothing of it still runs")
         elif job.phase in ("booting", "preflight") and job.attempt is not None:
             obs = Polled(self.market_for(job.attempt.provider).status(job.attempt.instance_id))
         if obs is None:
@@ -276,7 +286,20 @@ class ProvisioningService:
             except MarketError as exc:
                 self.ledger.append(Event(kind="offer_search_failed", job=job.job_id, provider=name, reason=str(exc)))
         held = () if job.standby else tuple(h.policy_view() for h in self._adoptable(job))
-        return MarketView(offers=tuple(offers), records=self.reputation.records(), held=held)
+        return MarketView(offers=tuple(offers), records=self.reputation.records(), held=held,
+                          budget_left_usd=self._budget_left(self.owner_of(job.job_id)))
+
+    def _budget_left(self, owner: str) -> float | None:
+        """What the job's own cap (or the default cap) still has; None when neither is set. The
+        period caps (day, week, month) are left out: their room comes back with the next period,
+        so a create they refuse waits (BudgetRefused) rather than ending the job."""
+        status = {s.name: s for s in self.rentals.budget.status() if s.unit == "usd" and s.period == "total"}
+        name = owner if owner in status else "default"
+        return status[name].left_usd if name in status else None
+
+    def _spending(self, owner: str) -> bool:
+        """Whether any rental of `owner` still runs or is about to (its reservation may free room)."""
+        return bool(self.rentals.all(states=("intent", "active"), job=owner))
 
     def _adoptable(self, job: JobState) -> list[Held]:
         """Held hosts this job could take: within their hold, a standby host only for its own job's

@@ -452,8 +452,8 @@ def test_a_host_adopted_from_another_job_is_transferred_to_the_adopter(tmp_path:
 
 def test_an_adoption_that_does_not_fit_the_adopters_budget_is_refused_and_it_rents_its_own(tmp_path: Path) -> None:
     """job-b's budget cannot cover its training on job-a's held host: the adoption is refused (a
-    ledger event), the host stays held and job-a's, and job-b provisions normally (and is refused
-    a create too, naming the cap)."""
+    ledger event), the host stays held and job-a's, and job-b, whose cap cannot pay for any attempt
+    and which has nothing running, ends naming its budget."""
     f = Fleet(tmp_path)
     inst = f.train("job-a")
     f.finish("job-a")
@@ -464,7 +464,8 @@ def test_an_adoption_that_does_not_fit_the_adopters_budget_is_refused_and_it_ren
     assert len(refused) == 1 and refused[0].job == "job-b" and refused[0].instance == inst
     assert f.rental(inst).job == "job-a" and [h.instance_id for h in f.svc.pool.held()] == [inst]
     assert not f.rows(kind="rental_transferred")
-    f.run(lambda: bool(f.rows(job="job-b", kind="create_refused")))
+    f.run(lambda: bool(f.rows(job="job-b", kind="provisioning_failed")))
+    assert "budget" in f.rows(job="job-b", kind="provisioning_failed")[0].reason
     assert len(f.rows(kind="adopt_refused")) == 1  # not offered to job-b again
     assert f.rental(inst).job == "job-a" and f.svc.rentals.budget.held("job-b") == set()
 

@@ -135,14 +135,29 @@ def test_two_steps_of_a_queued_job_at_once_rent_one_host(tmp_path: Path) -> None
     assert h.svc.leases.holder("job-1") is None
 
 
-def test_budget_refusal_creates_nothing(tmp_path: Path) -> None:
-    """A job whose cap cannot cover one attempt never reaches the provider."""
+def test_a_job_whose_own_cap_cannot_pay_one_attempt_ends_at_once_naming_it(tmp_path: Path) -> None:
+    """Nothing of the job runs and its cap cannot cover one attempt: it fails at once, never
+    reaching the provider, instead of waiting hours for money that will not come."""
     h = Harness(tmp_path)
     Budget(h.engine, Ledger(h.engine)).set_cap("job-2", 0.0)
     step = h.svc.start("job-2", req=Requirements(), shape=SHAPE)
+    assert step.phase == "failed" and h.market.referee.instance_ids() == []
+    assert "budget cap reached: budget of job-2" in (step.failure or "")
+    assert any(r.kind == "provisioning_failed" for r in Ledger(h.engine).rows(job="job-2"))
+
+
+def test_a_create_a_period_cap_refuses_waits_for_the_next_period(tmp_path: Path) -> None:
+    """The day's cap is spent: the reservation refuses the create (BudgetRefused) and the job looks
+    again later; a day cap's room comes back, so the job does not end."""
+    h = Harness(tmp_path)
+    budget = Budget(h.engine, Ledger(h.engine))
+    budget.set_cap("job-2", 5.0)
+    budget.set_cap("day", 0.0)
+    step = h.svc.start("job-2", req=Requirements(), shape=SHAPE)
     assert step.phase == "queued" and h.market.referee.instance_ids() == []
     assert step.wake_at == h.clock.now() + h.svc.cfg.queue_retry_s
-    assert any(r.kind == "create_refused" for r in Ledger(h.engine).rows(job="job-2"))
+    refused = [r for r in Ledger(h.engine).rows(job="job-2") if r.kind == "create_refused"]
+    assert refused and "'day'" in refused[0].reason
 
 
 def test_a_job_without_any_cap_is_refused_with_the_fix(tmp_path: Path) -> None:
