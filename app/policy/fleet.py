@@ -20,6 +20,7 @@ from dataclasses import dataclass, replace
 from typing import Literal
 
 from app.market import Offer
+from app.policy.bootwatch import pull_rate_gb_per_s
 from app.policy.guardrails import budget_level
 from app.policy.provisioning import JobState, ProvisioningConfig, hedge_width
 from app.policy.ranking import JobShape, attempt_cost_usd
@@ -42,6 +43,7 @@ __all__ = [
     "judge_held",
     "pool_missing",
     "pool_target",
+    "pull_rate_seen",
     "recoveries_waiting",
     "refill_chains",
     "reservation_usd",
@@ -128,6 +130,20 @@ def recoveries_waiting(jobs: Sequence[JobState]) -> list[JobState]:
     waiting = [j for j in jobs if not j.standby and j.lost_at is not None and j.phase in ("queued", "booting",
                                                                                           "preflight")]
     return sorted(waiting, key=lambda j: (j.lost_at or 0.0, j.job_id))
+
+
+def pull_rate_seen(before: JobState, after: JobState, *, now: float) -> float | None:
+    """The pull rate (GB/s) an attempt showed as it left its boot: a finished boot's, from create to
+    running; a killed pull's, from its status line. None while it still boots, or when nothing was
+    shown. Progress-aware hedging compares chains with the median of these."""
+    att = before.attempt
+    if before.phase != "booting" or att is None:
+        return None
+    if after.attempt is not None and after.attempt.instance_id == att.instance_id:
+        if after.phase != "booting" and now > att.created_at:
+            return before.shape.download_gb / (now - att.created_at)
+        return None
+    return pull_rate_gb_per_s(att.watch)
 
 
 # -- holds ----------------------------------------------------------------------------------------

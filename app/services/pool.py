@@ -37,6 +37,7 @@ __all__ = [
     "HeldHostRow",
     "JobPoolRow",
     "Pool",
+    "PullRateRow",
     "RiskSpanRow",
     "StandbyJob",
     "StandbyJobRow",
@@ -101,6 +102,17 @@ class RiskSpanRow(SQLModel, table=True):
     lost: bool = False
 
 
+class PullRateRow(SQLModel, table=True):
+    """A pull rate watched on the marketplace (a finished boot's, or a killed pull's): the median
+    says how long a fresh rental's pull would take (progress-aware hedging)."""
+
+    __tablename__ = "pull_rates"
+
+    id: str = Field(primary_key=True)  # "<provider>:<instance>"
+    rate_gb_per_s: float
+    at: float
+
+
 class JobPoolRow(SQLModel, table=True):
     """How many verified standby hosts a job keeps while it runs."""
 
@@ -114,6 +126,7 @@ _H = HeldHostRow.__table__  # type: ignore[attr-defined]
 _S = StandbyJobRow.__table__  # type: ignore[attr-defined]
 _P = JobPoolRow.__table__  # type: ignore[attr-defined]
 _R = RiskSpanRow.__table__  # type: ignore[attr-defined]
+_U = PullRateRow.__table__  # type: ignore[attr-defined]
 
 
 @dataclass(frozen=True, slots=True)
@@ -315,3 +328,15 @@ class Pool:
             return [RiskSpan(created_at=float(r.created_at), verified_at=float(r.verified_at),
                              ended_at=None if r.ended_at is None else float(r.ended_at), lost=bool(r.lost),
                              owner=r.owner) for r in conn.execute(select(_R))]
+
+    # -- pull rates -------------------------------------------------------------------------------
+    def note_pull_rate(self, provider: str, instance_id: str, rate_gb_per_s: float, *, now: float) -> None:
+        """Remember one pull's rate (once per instance)."""
+        key = f"{provider}:{instance_id}"
+        with write_transaction(self.engine, lock=f"{_LOCK}.pulls") as conn:
+            if conn.execute(select(_U.c.id).where(_U.c.id == key)).first() is None:
+                conn.execute(_U.insert().values(id=key, rate_gb_per_s=rate_gb_per_s, at=now))
+
+    def pull_rates(self) -> list[float]:
+        with read_connection(self.engine) as conn:
+            return [float(r) for r in conn.execute(select(_U.c.rate_gb_per_s).order_by(_U.c.at)).scalars()]

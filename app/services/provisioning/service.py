@@ -29,7 +29,7 @@ from sqlalchemy import Engine
 from app.interpreter import apply, drive
 from app.ledger import Event, Ledger
 from app.market import LaunchSpec, Market, MarketError, OfferQuery
-from app.policy.fleet import budget_exhausted, reservation_usd
+from app.policy.fleet import budget_exhausted, pull_rate_seen, reservation_usd
 from app.policy.provisioning import (
     BudgetCapReached,
     FailureSeen,
@@ -39,6 +39,7 @@ from app.policy.provisioning import (
     Polled,
     PreflightResult,
     ProvisioningConfig,
+    RecoveryProgress,
     Tick,
     TrainerStatus,
     guarded_config,
@@ -166,7 +167,31 @@ class ProvisioningService:
             obs = Polled(self.market_for(job.attempt.provider).status(job.attempt.instance_id))
         if obs is None:
             return Step(job_id, job.phase, standby=job.standby)
-        return self._run(job, version, obs)
+        result = self._run(job, version, obs)
+        if isinstance(obs, Polled):
+            after = self.state(job_id)
+            rate = None if after is None else pull_rate_seen(job, after[0], now=self.clock.now())
+            if rate is not None and job.attempt is not None:
+                self.pool.note_pull_rate(job.attempt.provider, job.attempt.instance_id, rate, now=self.clock.now())
+            progress = self._recovery_progress(job_id)
+            if progress is not None:
+                result = replace(result, also=(*result.also, progress))
+        return result
+
+    def _recovery_progress(self, job_id: str) -> Step | None:
+        """Show the waiting recovery this job's boot works for (its own, or the one it hedges for)
+        the chains working for it: progress-aware hedging (off unless progress_hedge_max > 0)."""
+        if self.cfg.progress_hedge_max <= 0 or self.cfg.recovery_hedge <= 1:
+            return None
+        sj = self.pool.standby_job(job_id)
+        rec = job_id if sj is None else (sj.owner if sj.purpose == "hedge" else None)
+        loaded = None if rec is None else self.state(rec)
+        if rec is None or loaded is None or loaded[0].lost_at is None:
+            return None
+        chains = tuple(st[0] for h in self.pool.standby_jobs(rec) if h.purpose == "hedge"
+                       if (st := self.state(h.job_id)) is not None)
+        view = MarketView(records=self.reputation.records(), pull_rates_gb_per_s=tuple(self.pool.pull_rates()))
+        return self.observe(rec, RecoveryProgress(chains=chains, view=view))
 
     def preflight(self, job_id: str, instance_id: str) -> Step:
         """Run the preflight on the job's new host (over SSH, with the key of the job it rents for) and judge it."""

@@ -27,7 +27,6 @@ from typing import Any
 
 from app.interpreter import apply, drive, tend
 from app.market import LaunchSpec, MarketError, Offer, OfferQuery
-from app.policy.bootwatch import pull_rate_gb_per_s
 from app.policy.fleet import (
     Drop,
     HeldLook,
@@ -41,6 +40,7 @@ from app.policy.fleet import (
     judge_held,
     pool_missing,
     pool_target,
+    pull_rate_seen,
     recoveries_waiting,
     refill_chains,
     reservation_usd,
@@ -333,17 +333,8 @@ class Campaign:
         return rec
 
     def _watch_pull(self, before: JobState, after: JobState) -> None:
-        """Remember the pull rate of an attempt that just left its boot: a finished boot's rate
-        from create to running, a killed pull's from its status line."""
-        att = before.attempt
-        if before.phase != "booting" or att is None:
-            return
-        now = self.clock.now()
-        if after.attempt is not None and after.attempt.instance_id == att.instance_id:
-            if after.phase != "booting" and now > att.created_at:
-                self.pull_rates.append(self.shape.download_gb / (now - att.created_at))
-            return
-        rate = pull_rate_gb_per_s(att.watch)
+        """Remember the pull rate of an attempt that just left its boot."""
+        rate = pull_rate_seen(before, after, now=self.clock.now())
         if rate is not None:
             self.pull_rates.append(rate)
 

@@ -702,3 +702,17 @@ def test_a_job_at_its_cap_ends_through_the_policy_with_its_standby_jobs(tmp_path
     for job_id in list(f.pending):
         f.schedule(f.svc.step(job_id))
     assert len(f.market.referee.instance_ids()) == creates
+
+
+def test_progress_aware_hedging_runs_in_real_time_too(tmp_path: Path) -> None:
+    """With progress_hedge_max set, a recovery whose own replacement pulls slower than a fresh
+    rental would (at the median pull rate watched so far) gets one more single rental, as in the
+    campaign simulator (RecoveryProgress is fed by both drivers)."""
+    f = Fleet(tmp_path, slow=("m-1",))
+    f.svc.cfg = replace(f.svc.cfg, progress_hedge_max=3)
+    f.train("job-a")
+    assert f.svc.pool.pull_rates()  # the first boot's rate was watched
+    f.lose("job-a")
+    f.run(lambda: "job-a" in f.handed)
+    wanted = [r for r in f.rows(job="job-a", kind="standby_wanted") if "slower than a fresh rental" in r.reason]
+    assert wanted, [r.reason for r in f.rows(job="job-a", kind="standby_wanted")]
