@@ -136,9 +136,6 @@ INTERNAL: dict[str, str] = {
     "TUNEHARNESS_ONSTART": "RunPod: the on-start script, passed as a pod environment variable",
     "TUNEHARNESS_SIM_TRUTH": "on a simulated host: the path of that host's truth file",
     "TUNEHARNESS_SIM_SANDBOX": "on a simulated host: its sandbox directory",
-    "TUNEHARNESS_CHAOS_KILL_AT": "tests: the create step at which a worker kills itself",
-    "TUNEHARNESS_CHAOS_DIR": "tests: where the kill hook keeps its markers",
-    "TUNEHARNESS_CHAOS_WHOLE_WORKER": "tests: kill the whole worker, not only the child",
 }
 
 

@@ -14,7 +14,7 @@ from app.errors import ConfigError
 from app.settings import load_settings
 from workers.config import TASK_TIME_LIMITS_S, build_config, check_time_limits
 
-app = Celery("tuneharness", include=["workers.tasks", "workers.guardrails", "workers.provision", "workers.provisioning", "workers.supervisor", "workers.evaluate"])
+app = Celery("tuneharness", include=["workers.tasks", "workers.guardrails", "workers.provisioning", "workers.supervisor", "workers.evaluate"])
 app.conf.update(build_config(load_settings()))
 
 from beat_schedule import BEAT_SCHEDULE  # noqa: E402  (plain data)

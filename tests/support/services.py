@@ -79,12 +79,15 @@ class CeleryWorker:
 
     @classmethod
     def start(cls, env: Mapping[str, str], *, cwd: Path, queues: str = "provision,ssh,monitor,evaluate,maintenance",
-              concurrency: int = 1, name: str | None = None) -> CeleryWorker:
+              concurrency: int = 1, name: str | None = None, app: str = "workers.celery_app") -> CeleryWorker:
+        """A worker on `app` (`support.rent_task` adds the test-only `rent` task to the product's app)."""
         log = Path(env["TUNEHARNESS_HOME"]) / f"worker-{name or os.getpid()}-{time.monotonic_ns()}.log"
         log.parent.mkdir(parents=True, exist_ok=True)
+        if app.startswith("support."):  # tests/ on the worker's path as well as the repository
+            env = {**env, "PYTHONPATH": os.pathsep.join([str(cwd / "tests"), env.get("PYTHONPATH", str(cwd))])}
         with log.open("wb") as fh:
             proc = subprocess.Popen(
-                [sys.executable, "-m", "celery", "-A", "workers.celery_app", "worker", "-Q", queues,
+                [sys.executable, "-m", "celery", "-A", app, "worker", "-Q", queues,
                  "--concurrency", str(concurrency), "--pool", "prefork", "--loglevel", "INFO",
                  "-n", f"{name or 'test'}-{time.monotonic_ns()}@%h", "--without-heartbeat",
                  "--without-gossip", "--without-mingle"],

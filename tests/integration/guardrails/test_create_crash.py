@@ -59,7 +59,8 @@ def test_kill_9_at_each_step_of_a_create_never_creates_twice(
     """The worker process dies at `step` 10 times; each job still ends with exactly one instance."""
     env, rentals, market = _setup(th_env, vast, tmp_path)
     env["TUNEHARNESS_CHAOS_KILL_AT"] = step
-    worker = CeleryWorker.start(env, cwd=REPO, queues="provision", concurrency=2, name=f"chaos-{step}")
+    worker = CeleryWorker.start(env, cwd=REPO, queues="provision", concurrency=2, name=f"chaos-{step}",
+                                 app="support.rent_task")
     client = celery_client(env)
     try:
         ids = [_plan(rentals, market, vast, f"job-{step.replace('_', '')}-{i}") for i in range(ROUNDS)]
@@ -90,7 +91,8 @@ def test_a_worker_killed_whole_after_the_provider_accepted_is_caught_by_one_reco
     """SIGKILL to the whole worker between accept and record: the next reconcile stops the instance."""
     env, rentals, market = _setup(th_env, vast, tmp_path)
     env.update(TUNEHARNESS_CHAOS_KILL_AT="after_provider_accepted", TUNEHARNESS_CHAOS_WHOLE_WORKER="1")
-    worker = CeleryWorker.start(env, cwd=REPO, queues="provision", concurrency=1, name="chaos-whole")
+    worker = CeleryWorker.start(env, cwd=REPO, queues="provision", concurrency=1, name="chaos-whole",
+                                 app="support.rent_task")
     rid = _plan(rentals, market, vast, "job-whole")
     celery_client(env).send_task("tuneharness.provision.rent", args=[rid], queue="provision")
     assert wait_until(lambda: worker.proc.poll() is not None, timeout_s=120)

@@ -91,7 +91,8 @@ def test_twenty_concurrent_creates_against_a_budget_that_fits_two(fleet) -> None
         t.start()
     for t in threads:
         t.join(timeout=60)
-    worker = CeleryWorker.start(env, cwd=REPO, queues="provision", concurrency=2, name="creates")
+    worker = CeleryWorker.start(env, cwd=REPO, queues="provision", concurrency=2, name="creates",
+                                 app="support.rent_task")
     try:
         client = celery_client(env)
         for res in [client.send_task("tuneharness.provision.rent", args=[p], queue="provision") for p in planned]:

@@ -1,22 +1,29 @@
-"""Provision tasks: the Celery shells of the create protocol (app.rentals)."""
+"""A test-only Celery task: one create through the rental protocol (`app.rentals`), with a fault
+hook that SIGKILLs the worker at a named step. The crash tests start their workers on this module
+(`-A support.rent_task`): it is the product's Celery app plus the `rent` task, which the product
+itself never sends (provisioning creates inside its own steps)."""
 
 from __future__ import annotations
 
 import os
 import signal
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from app import bootstrap
 from app.market import OfferGone, ProviderBusy
 from app.rentals import Rentals
+from workers.celery_app import app
 from workers.tasks import task
+
+__all__ = ["app", "chaos_hook", "rent"]
 
 MAX_CREATE_RETRIES = 5
 
 
-def chaos_hook(rental_id: str):  # type: ignore[no-untyped-def]
+def chaos_hook(rental_id: str) -> Callable[[str], None]:
     """Fault injection for the crash tests: SIGKILL this process once at a named step.
 
     Armed only when TUNEHARNESS_CHAOS_KILL_AT names a step and TUNEHARNESS_CHAOS_DIR holds the
