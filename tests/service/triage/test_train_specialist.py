@@ -2,9 +2,8 @@
 incumbent of the trial, a candidate the gate refuses is never installed, and `--reuse` refuses
 adapters trained on other data or settings.
 
-The trial scores every fifth row of each slice (about 320 of 1,600; real rows, every slice kept):
-scoring the whole held-out three times on MiniLM took most of three minutes of the suite, and
-grew with every real batch, without testing anything more than a fifth of it does."""
+The trial scores every fifth row of each slice (real rows included, every slice kept): the whole
+held-out, scored three times on MiniLM, would take minutes and test nothing a fifth of it does not."""
 
 from __future__ import annotations
 
@@ -35,6 +34,7 @@ def test_a_weak_candidate_is_judged_against_the_shipped_incumbent_and_not_instal
         pytest.skip("needs the MiniLM package and the promoted shipped specialist")
     ship = tmp_path / "ship"
     monkeypatch.setattr(training, "SHIP_DIR", ship)  # never touch the package's own adapter
+    monkeypatch.setattr(training, "TRIAL_DIR", tmp_path / "trial-ship")  # nor the committed trial
     monkeypatch.setattr(training, "eval_rows", _every_fifth_of_each_slice)
     plan = training.TrainingPlan(out_dir=tmp_path / "out", max_steps=1, max_seq_len=16, quantization="none",
                                  learning_rate=1e-4)
@@ -47,7 +47,7 @@ def test_a_weak_candidate_is_judged_against_the_shipped_incumbent_and_not_instal
     assert summary["decision"] == "refuse"
     codes = {r["code"] for r in summary["reasons"]}
     assert "below_incumbent" in codes
-    assert "installed" not in summary and not ship.exists()
+    assert "installed" not in summary and not ship.exists() and not (tmp_path / "trial-ship").exists()
     assert any(line.startswith("not installed: the gate said refuse") for line in lines)
     decision = json.loads((trial / "decision.json").read_text())
     assert decision["scores"]["incumbent"] is not None

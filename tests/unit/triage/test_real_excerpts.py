@@ -1,4 +1,4 @@
-"""The real-excerpt evaluation set (app/triage/data/real/) is well-formed.
+"""The real-excerpt evaluation set (data/triage/real/) is well-formed.
 
 Not an accuracy test: `bench/triage_real.py` measures accuracy; `test` must never be tuned on.
 """
@@ -12,13 +12,14 @@ from pathlib import Path
 
 import pytest
 
-from app.triage.corpus import REAL_BATCHES
+from app.triage.corpus import DATA_DIR, REAL_BATCHES
 from app.triage.corpus import (
     REAL_SPLITS as SPLITS,  # batches, each split into dev/test before any run
 )
 from app.triage.rules import STATES
 
-REAL_DIR = Path(__file__).resolve().parents[3] / "app" / "triage" / "data" / "real"
+REPO = Path(__file__).resolve().parents[3]
+REAL_DIR = DATA_DIR / "real"
 REQUIRED = ("id", "log", "label", "framework", "source", "why")
 ALLOWED = {*REQUIRED, "idle_seconds"}
 
@@ -30,6 +31,7 @@ def _rows(split: str) -> list[dict]:
 
 @pytest.mark.parametrize("split", SPLITS)
 def test_rows_have_the_documented_fields(split: str) -> None:
+    """Every row has the data card's fields, a state as its label and a GitHub thread as its source."""
     rows = _rows(split)
     if not rows:
         # Only a test half may be empty: the split alternates within each state, so a batch with at
@@ -48,11 +50,13 @@ def test_rows_have_the_documented_fields(split: str) -> None:
 
 
 def test_ids_are_unique_across_every_split() -> None:
+    """No id appears twice in the whole set."""
     ids = [r["id"] for split in SPLITS for r in _rows(split)]
     assert len(ids) == len(set(ids))
 
 
 def test_the_splits_are_disjoint_by_log_text_and_by_thread() -> None:
+    """No log text appears twice, and each batch after the first takes one excerpt per thread, from threads no batch before it used."""
     rows = [r for split in SPLITS for r in _rows(split)]
     logs = [r["log"].strip() for r in rows]
     assert len(logs) == len(set(logs))
@@ -77,7 +81,8 @@ def test_every_state_is_in_both_halves_and_each_batch_split_them_alike() -> None
 
 
 def test_no_excerpt_is_copied_from_the_handwritten_canaries() -> None:
-    handwritten = (REAL_DIR.parent / "handwritten.txt").read_text(encoding="utf-8")
+    """No real excerpt is contained in the hand-written excerpts."""
+    handwritten = (DATA_DIR / "handwritten.txt").read_text(encoding="utf-8")
     for split in SPLITS:
         for r in _rows(split):
             assert r["log"].strip() not in handwritten, r["id"]
@@ -175,13 +180,13 @@ def test_the_gate_trial_holds_out_every_real_test_split_and_trains_only_on_dev_s
     assert sorted(trained) == sorted(dev_ids * 3)
     assert not test_ids & set(trained)
     first_four = [r["id"] for dev, _ in REAL_BATCHES[:4] for r in _rows(dev)]
-    assert [r["id"] for r in train_rows(corpus, real_dev_weight=1, real_batches=4)] == first_four  # the shipped adapter's
+    assert [r["id"] for r in train_rows(corpus, real_dev_weight=1, real_batches=4)] == first_four  # --real-batches 4
 
 
 def _split_script():
     import importlib.util
 
-    path = REAL_DIR.parents[3] / "scripts" / "split_real_batch.py"
+    path = REPO / "scripts" / "split_real_batch.py"
     spec = importlib.util.spec_from_file_location("split_real_batch", path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
@@ -190,6 +195,7 @@ def _split_script():
 
 
 def test_the_split_script_sets_doubt_aside_drops_reuse_and_splits_each_state_by_hash(tmp_path: Path, capsys) -> None:
+    """scripts/split_real_batch.py counts doubt, drops reused threads, overlaps, taken ids and bad labels, and alternates each state by hash."""
     script = _split_script()
     used = _rows("dev")[0]
 

@@ -188,14 +188,18 @@ def test_the_digest_is_short_and_keeps_the_deciding_line() -> None:
     assert d.startswith("idle fresh | torch.OutOfMemoryError")
 
 
-def test_the_docs_report_renders_per_state_tables_and_confusion_matrices() -> None:
-    """docs/triage.md's measured part is generated: precision/recall per state and a confusion matrix per split."""
-    from app.triage.report import per_state, render
+def test_the_docs_report_renders_pooled_slices_per_state_tables_and_a_confusion_matrix() -> None:
+    """docs/triage.md's generated block: the pooled real halves and the generated slices, precision and
+    recall per state, the chain's confusion matrix, between its two markers."""
+    from app.triage.report import BEGIN, END, per_state, render
 
-    text = render()
-    assert text.count("confusion (rows: expected, columns: predicted)") >= 3
+    text = render(None)
+    assert text.startswith(BEGIN) and text.rstrip().endswith(END)
+    assert "| real excerpts, test halves of " in text and "| hand-written excerpts" in text
+    assert text.count("| state | rows | rules precision | rules recall | chain precision | chain recall |") == 2
+    assert text.count("| label \\ predicted |") == 1
     for state in STATES:
-        assert f"| `{state}` |" in text
+        assert text.count(f"| `{state}` |") == 3
     stats = per_state([("oom", "oom"), ("oom", "stalled"), ("stalled", "stalled")])
     assert stats["oom"]["recall"] == 0.5 and stats["stalled"]["precision"] == 0.5
 
@@ -588,9 +592,10 @@ def _said(text: str, idle: float | None = None) -> str:
     return v.guess if v.state == UNSURE else v.state
 
 
-def test_session_ten_fixes_read_these_frameworks_as_their_sources_print_them() -> None:
-    """Written from the frameworks' own formats (batches 52-57's dev halves showed the gaps): each
-    reading, and the near miss beside it that must not change."""
+def test_log2_loss_scales_logger_tables_sagemaker_ends_and_empty_datasets_as_their_sources_print_them() -> None:
+    """Each reading as the framework's own format prints it (a log2 fp16 scale, a logger table's loss
+    row, burn's metrics, a raised NaN check, SageMaker's end of job, an empty dataset, corrupt labels),
+    with the near miss beside it that must not change."""
     step = "{'loss': 0.91, 'grad_norm': 1.2, 'learning_rate': 2e-05, 'epoch': 0.1}\n"
     # guided-/improved-diffusion's fp16 scaler keeps log2 of the scale: below 0 the scale is below 1
     assert _said("Found NaN, decreased lg_loss_scale to -3.0\n" * 3) == "diverged"
@@ -636,7 +641,8 @@ def test_a_tf_estimator_evaluation_written_out_after_training_is_a_finished_run(
 
 
 def test_nccl_error_trails_store_timeouts_and_blown_up_gradient_norms() -> None:
-    """The second round's fixes, from NCCL's, c10d's and the HF Trainer's own formats, each with its near miss."""
+    """NCCL's error trail, a c10d store's timeout and a blown-up gradient norm as NCCL, c10d and the HF
+    Trainer print them, each with its near miss."""
     # NCCL's error trail ("file.cc:line -> result" for a non-zero result) and its bootstrap's refused connect
     trail = ("h1:941227:943077 [0] NCCL INFO Call to connect returned Connection refused, retrying\n"
              "h1:941227:943077 [0] include/socket.h:390 NCCL WARN Connect to 10.0.0.2<21724> failed : Connection refused\n"
@@ -659,7 +665,7 @@ def test_nccl_error_trails_store_timeouts_and_blown_up_gradient_norms() -> None:
 
 
 def test_the_other_cuda_libraries_failures_and_recboles_closing_results() -> None:
-    """The third round's fixes: cuFFT/cuSOLVER/cuRAND/cuSPARSE internal failures are device faults (their
+    """cuFFT/cuSOLVER/cuRAND/cuSPARSE internal failures are device faults (their
     allocation failures are oom), and RecBole's closing 'best valid' ends a run unless a failure came before it."""
     frames = '  File "mel_processing.py", line 104, in mel_spectrogram_torch\n    spec = torch.stft(y, n_fft)\n'
     assert _said(frames + "RuntimeError: cuFFT error: CUFFT_INTERNAL_ERROR\n") == "cuda_fault"
@@ -675,8 +681,9 @@ def test_the_other_cuda_libraries_failures_and_recboles_closing_results() -> Non
                  "26 May 19:21    INFO  epoch 4 training [time: 30.1s, train loss: 5108.2]\n") != "completed"
 
 
-def test_session_eleven_fixes_a_job_report_after_a_bar_and_nccls_refused_call() -> None:
-    """From batches 71-76's dev halves, each in its general form, with the near miss beside it."""
+def test_a_shells_kill_report_after_a_bar_nccls_refused_call_and_keras_download_failures() -> None:
+    """Bash's report of a killed child after a bar, NCCL refusing a call and Keras' download failures,
+    each in its general form, with the near miss beside it."""
     bar = "Epoch 15 (validation) acc=1.0:   2%|#4        | 20/1094 [00:41<11:04,  1.62it/s]"
     # bash's report of a child killed by SIGKILL (the OOM killer), where the bar left the cursor
     assert _said(bar + "/opt/bin/jac-crun: line 6:  3305 Killed                  $ROOT/bin/jac-run \"$@\"\n") == "oom"
@@ -700,7 +707,7 @@ def test_session_eleven_fixes_a_job_report_after_a_bar_and_nccls_refused_call() 
 
 
 def test_a_closing_final_scores_line_and_tensorflows_allocator_dump() -> None:
-    """From batches 77-82's dev halves: a script's closing scores line ends a run (numbers only, and
+    """A script's closing scores line ends a run (numbers only, and
     only with no failure before it), and TensorFlow's allocator dump is an out-of-memory."""
     iters = "Iter   UAS        POS\n0:\t64.251\t90.546\n14:\t80.390\t95.933\n\n                UAS         LAS         POS\n"
     assert _said(iters + "Final:\t84.881\t81.538\t96.845\n") == "completed"
@@ -716,7 +723,7 @@ def test_a_closing_final_scores_line_and_tensorflows_allocator_dump() -> None:
 
 
 def test_ipythons_time_report_ends_a_cell_and_neoxs_overflow_monitor_gives_up() -> None:
-    """From batches 83-86's dev halves: IPython's `%%time` report after a fit is the cell's end (only
+    """IPython's `%%time` report after a fit is the cell's end (only
     with no failure before it), and GPT-NeoX giving up on repeated fp16 overflows is divergence."""
     fit = "".join(f"epoch {i}  | loss: 0.4{i} |  0:00:0{i}s\n" for i in range(5))
     timed = "CPU times: user 3min 22s, sys: 344 ms, total: 3min 23s\nWall time: 55.2 s\n"
@@ -742,7 +749,7 @@ def test_ray_tunes_closing_run_time_ends_a_sweep_only_when_no_trial_failed() -> 
 
 
 def test_a_closing_summary_with_a_nan_loss_fairseqs_zero_oom_counter_and_flowers_end() -> None:
-    """From batches 87-92's dev halves, each in its general form with its near miss: a closing summary
+    """Each in its general form with its near miss: a closing summary
     that reports a NaN loss on its own line is divergence, whichever key comes first; fairseq's `oom=0.000`
     progress stat is a counter at zero; Flower's server logs `FL finished in <seconds>` after its last round."""
     steps = "".join(f"{{'loss': nan, 'learning_rate': 4.{i}e-05, 'epoch': 0.{i}}}\n" for i in range(3))
@@ -767,7 +774,7 @@ def test_a_closing_summary_with_a_nan_loss_fairseqs_zero_oom_counter_and_flowers
 
 
 def test_lightnings_callbacks_raising_on_a_metric_never_logged_are_a_config_error() -> None:
-    """From batch 94's dev half, written from Lightning's source: EarlyStopping (strict, the default) raises
+    """Written from Lightning's source: EarlyStopping (strict, the default) raises
     when its monitored metric is never logged, ModelCheckpoint once validation ran; non-strict, or before
     validation, each only warns and the run goes on to its end."""
     bar = "Epoch 0: 100%|██████████| 260/260 [01:26<00:00,  3.00it/s, v_num=2, train_loss=0.412]\n"
@@ -790,7 +797,8 @@ def test_lightnings_callbacks_raising_on_a_metric_never_logged_are_a_config_erro
 
 
 def test_a_watchdogs_abort_reason_lightnings_empty_fit_hydras_overrides_and_an_api_connection_error() -> None:
-    """From batches 99-103's dev halves, each in its general form with its near miss beside it."""
+    """A communicator the NCCL watchdog aborted, Lightning's fit with no training batches, Hydra's refused
+    overrides and an API client's connection error, each with its near miss beside it."""
     frames = ("  File \"torch/distributed/distributed_c10d.py\", line 1700, in all_reduce\n"
               "    work = default_pg.allreduce([tensor], opts)\n")
     aborted = "RuntimeError: NCCL communicator was aborted on rank 0.  Original reason for failure was: "
@@ -899,9 +907,10 @@ def test_keras_3s_last_epoch_ends_the_run_by_its_count_not_its_bar() -> None:
     assert _said("Epoch 10/10\n[1m1200/1875[0m [32m━━━━━━━━━━━━[0m[37m━━━━━━━━[0m [1m5s[0m 3ms/step - loss: 0.03\n") == "progressing"
 
 
-def test_session_thirteen_fixes_from_batches_106_to_111() -> None:
-    """Each reading the dev halves of batches 106-111 showed missing, in its general form, with the
-    near miss beside it that must not change."""
+def test_access_violations_empty_epochs_untrained_tokens_existing_checkpoint_dirs_and_closing_summaries() -> None:
+    """Windows' access-violation exit, epochs that ran no batch, unsloth's untrained tokens, a checkpoint
+    directory that already exists, HiFi-GAN's step line and two closing summaries, each in its general
+    form, with the near miss beside it that must not change."""
     # Windows' segfault (STATUS_ACCESS_VIOLATION) as an IDE or a shell reports the exit code
     assert _said("Epoch 51/100:   0%|          | 0/18 [00:00<?, ?it/s]Start Train\n\n"
                  "Process finished with exit code -1073741819 (0xC0000005)\n") == "cuda_fault"
@@ -946,8 +955,9 @@ def test_session_thirteen_fixes_from_batches_106_to_111() -> None:
                  "encountered\n" + spent) == "cuda_fault"
 
 
-def test_session_thirteen_second_round_fixes() -> None:
-    """From batches 112-122's dev halves, with their near misses."""
+def test_chainerrls_finish_save_a_lost_transport_endpoint_and_vits_refusing_the_cpu() -> None:
+    """ChainerRL's closing save ends a run, a lost transport endpoint is a network failure, and VITS'
+    refusal to train on a CPU is no device; each with its near misses."""
     saved = "INFO:chainerrl.experiments.train_agent_batch:Saved the agent to results/20190820T214258.089467/{}\n"
     assert _said(saved.format("80_checkpoint") + saved.format("100_checkpoint") + saved.format("104_finish")) == "completed"
     assert _said(saved.format("80_checkpoint") + saved.format("100_checkpoint")) != "completed"
@@ -965,8 +975,9 @@ def test_session_thirteen_second_round_fixes() -> None:
     assert _said("Warning: CPU training is slow; use a GPU\n") != "cuda_fault"
 
 
-def test_session_fourteen_fixes_from_batches_123_to_128() -> None:
-    """From batches 123-128's dev halves, with their near misses."""
+def test_atens_index_assertion_nan_loss_totals_and_tpu_runtime_failures() -> None:
+    """ATen's index assertion is a data error, loss terms with a NaN total diverge, and a TPU runtime
+    that fails to come up is a device fault; each with its near misses."""
     # ATen's IndexKernel assertion: an index (a class id, a label) past the tensor's size
     kernel = ('../aten/src/ATen/native/cuda/IndexKernel.cu:93: operator(): block: [91,0,0], thread: [80,0,0] '
               'Assertion `-sizes[i] <= index && index < sizes[i] && "index out of bounds"` failed.\n')
