@@ -402,7 +402,8 @@ def supervisor(s: Settings | None = None) -> SupervisorService:
 
     def triage(job_id: str, log: str) -> TriageAnswer:
         result = triage_chain().triage(log, id=job_id, job=job_id)
-        return TriageAnswer(result.state, result.action, result.needs_operator, result.evidence)
+        return TriageAnswer(result.state, result.action, result.needs_operator, result.evidence,
+                            remedy=str(result.remedy))
 
     store = open_store(artifacts_location(s))
     return SupervisorService(

@@ -17,13 +17,14 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from enum import IntEnum
+from enum import IntEnum, StrEnum
 from typing import Literal
 
 from app.policy.provisioning import Action, GaveUp, JobState, Record, Stop
 
 __all__ = [
     "HostProbe",
+    "Remedy",
     "Route",
     "SupervisorConfig",
     "TrainerExit",
@@ -49,6 +50,25 @@ class TrainerExit(IntEnum):
     REFUSED = 4  # a serving box: never train on this host
     DISK_FULL = 5  # a checkpoint could not be written
 
+
+class Remedy(StrEnum):
+    """What triage says to do about a dead trainer (app.triage.rules.Remedy is the other side of
+    this table; a test checks that the two agree)."""
+
+    CONTINUE = "continue"
+    COLLECT = "collect"
+    SAME_HOST = "same_host"
+    REPLACE_HOST = "replace_host"
+    STOP_JOB = "stop_job"
+
+
+_ROUTE_OF: dict[Remedy, Route] = {
+    Remedy.CONTINUE: "same_host",
+    Remedy.COLLECT: "same_host",
+    Remedy.SAME_HOST: "same_host",
+    Remedy.REPLACE_HOST: "replace",
+    Remedy.STOP_JOB: "stop",
+}
 
 GONE_STATES = ("gone", "exited")
 NOT_RUNNING_STATES = ("gone", "exited", "stopped", "unknown", "offline")
@@ -108,16 +128,25 @@ def assess(probe: HostProbe, *, ssh_failures: int, cfg: SupervisorConfig) -> Ver
 
 
 def route_triage(state: str, action: str, *, exit_code: int | None, same_host_restarts: int,
-                 cfg: SupervisorConfig) -> Route:
-    """Where a dead trainer goes, from the triage chain's state and action and the exit code.
+                 cfg: SupervisorConfig, remedy: str | None = None) -> Route:
+    """Where a dead trainer goes, from the exit code and triage's remedy (`Remedy`, a named
+    constant both drivers pass); a caller with only the state and the action's wording gets the
+    same routes from them.
 
     Exit 2 (job refused) and 4 (serving box) are not the host's fault and retrying cannot help,
-    except that 4 means never train on this host: replace it. Exit 5 (disk full): replace.
+    except that 4 means never train on this host: replace it. Exit 5 (disk full): replace. A host
+    that died on the same host `max_same_host_restarts` times is replaced.
     """
     if exit_code == TrainerExit.BAD_JOB:
         return "stop"
     if exit_code in (TrainerExit.REFUSED, TrainerExit.DISK_FULL):
         return "replace"
+    if remedy is not None:
+        known = {m.value: m for m in Remedy}
+        route = _ROUTE_OF[known[remedy]] if remedy in known else "replace"  # unknown: another machine
+        if route == "same_host" and same_host_restarts >= cfg.max_same_host_restarts:
+            return "replace"
+        return route
     text = action.lower()
     if "stop the job" in text or state in ("diverged", "data_error"):
         return "stop"

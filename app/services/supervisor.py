@@ -80,6 +80,7 @@ class TriageAnswer:
     action: str
     needs_operator: bool = False
     evidence: tuple[str, ...] = ()
+    remedy: str | None = None  # app.triage.rules.Remedy: what to do, as a named constant
 
 
 Triage = Callable[[str, str], TriageAnswer]  # (job id, log tail)
@@ -663,11 +664,12 @@ class SupervisorService:
               why: str) -> MonitorStep:
         answer = self.triage(job_id, str(parsed["log"]))
         route = route_triage(answer.state, answer.action, exit_code=parsed["exit_code"],
-                             same_host_restarts=w.same_host_restarts, cfg=self.cfg)
+                             same_host_restarts=w.same_host_restarts, cfg=self.cfg, remedy=answer.remedy)
         self.ledger.append(Event(kind="trainer_died", job=job_id, instance=w.instance_id, provider=w.provider,
                                  machine=w.machine_id, reason=why,
                                  payload={"triage_state": answer.state, "triage_action": answer.action,
                                           "needs_operator": answer.needs_operator, "route": route,
+                                          "remedy": answer.remedy,
                                           "exit_code": parsed["exit_code"], "step": w.step,
                                           "evidence": list(answer.evidence)[:5]},
                                  idempotency_key=f"{job_id}:died:{w.instance_id}:{w.slices}"))

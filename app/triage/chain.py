@@ -21,10 +21,12 @@ from app.triage.rules import (
     DEFAULT_STALL_AFTER_S,
     STATES,
     UNSURE,
+    Remedy,
     Verdict,
     action_for,
     classify,
     normalise,
+    remedy_for,
 )
 from app.triage.specialist import Specialist, SpecialistFailed
 
@@ -56,6 +58,11 @@ class TriageResult:
     evidence: tuple[str, ...]
     needs_operator: bool = False
     notes: tuple[str, ...] = field(default=())
+
+    @property
+    def remedy(self) -> Remedy:
+        """What the supervisor does about a trainer that died in this state (a named constant)."""
+        return remedy_for(self.state, self.evidence)
 
     def as_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"id": self.id, "state": self.state, "stage": self.stage,

@@ -35,6 +35,7 @@ import re
 from bisect import bisect_right
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from enum import StrEnum
 from itertools import compress, pairwise
 from pathlib import Path
 from typing import Any
@@ -46,12 +47,14 @@ __all__ = [
     "DEFAULT_TAIL_BYTES",
     "STATES",
     "UNSURE",
+    "Remedy",
     "Verdict",
     "action_for",
     "classify",
     "normalise",
     "read_tail",
     "read_tail_bytes",
+    "remedy_for",
 ]
 
 STATES: tuple[str, ...] = (
@@ -95,14 +98,53 @@ _ACCESS_WORDS = ("permission denied", "access denied", "accessdenied", "errno 13
                  "invalid credentials", "invalid token", "invalidaccesskeyid", "signaturedoesnotmatch")
 
 
+class Remedy(StrEnum):
+    """What the supervisor does about a dead trainer, by the state it died in (the policy's side of
+    this table is `app.policy.supervision.Remedy`; a test checks that they agree)."""
+
+    CONTINUE = "continue"  # the log reads healthy: restart the slice
+    COLLECT = "collect"  # the log reads finished: restart the slice, it ends at once
+    SAME_HOST = "same_host"  # oom, a stall, the network: once more on the same host
+    REPLACE_HOST = "replace_host"  # a CUDA fault, a failing disk: another machine
+    STOP_JOB = "stop_job"  # diverged, bad data, access refused: a new host will not fix it
+
+
+_REMEDIES: dict[str, Remedy] = {
+    "progressing": Remedy.CONTINUE,
+    "completed": Remedy.COLLECT,
+    "oom": Remedy.SAME_HOST,
+    "diverged": Remedy.STOP_JOB,
+    "cuda_fault": Remedy.REPLACE_HOST,
+    "data_error": Remedy.STOP_JOB,
+    "stalled": Remedy.SAME_HOST,
+}
+
+
+def _io_kind(evidence: tuple[str, ...]) -> str:
+    text = " ".join(evidence).lower()
+    if any(d in text for d in _DISK_WORDS):
+        return "disk"
+    if any(a in text for a in _ACCESS_WORDS):
+        return "access"
+    return "network"
+
+
+def remedy_for(state: str, evidence: tuple[str, ...] = ()) -> Remedy:
+    """The supervisor's remedy for a state (io_error split by its evidence as `action_for` is);
+    an unknown state gets another machine."""
+    if state == "io_error":
+        return {"disk": Remedy.REPLACE_HOST, "access": Remedy.STOP_JOB}.get(_io_kind(evidence), Remedy.SAME_HOST)
+    return _REMEDIES.get(state, Remedy.REPLACE_HOST)
+
+
 def action_for(state: str, evidence: tuple[str, ...] = ()) -> str:
     """The supervisor's default action for a state; io_error is split by its evidence into a full or
     failing disk (another host), access refused (the operator), and the network (retry here)."""
     if state == "io_error":
-        text = " ".join(evidence).lower()
-        if any(d in text for d in _DISK_WORDS):
+        kind = _io_kind(evidence)
+        if kind == "disk":
             return "replace the host (disk)"
-        if any(a in text for a in _ACCESS_WORDS):
+        if kind == "access":
             return "stop the job, tell the operator (access denied: grant it or fix the credentials)"
         return "retry on the same host (network)"
     return ACTIONS.get(state, "tell the operator")
@@ -121,6 +163,10 @@ class Verdict:
     @property
     def action(self) -> str:
         return action_for(self.guess if self.state == UNSURE else self.state, self.evidence)
+
+    @property
+    def remedy(self) -> Remedy:
+        return remedy_for(self.guess if self.state == UNSURE else self.state, self.evidence)
 
     @property
     def sure(self) -> bool:

@@ -557,7 +557,8 @@ class Campaign:
                                  heartbeat_at=seen.heartbeat_at)
         answer = classify(seen.log_tail)
         route = route_triage(answer.guess if not answer.sure else answer.state, answer.action,
-                             exit_code=seen.exit_code, same_host_restarts=self.restarts.get(iid, 0), cfg=self.sup_cfg)
+                             exit_code=seen.exit_code, same_host_restarts=self.restarts.get(iid, 0), cfg=self.sup_cfg,
+                             remedy=str(answer.remedy))
         self._log("trainer_died", job=job.job_id, instance=iid, triage=answer.state, route=route)
         if route == "same_host":
             self.restarts[iid] = self.restarts.get(iid, 0) + 1
