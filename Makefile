@@ -48,14 +48,19 @@ test: $(STAMP) system-deps check
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -q tests/unit
 
-# The CPU benchmarks one after another (several minutes; the README's tables come from them).
-# bench/gpu.py needs a CUDA machine and is run there by hand (README, "GPU").
+# The CPU benchmarks one after another, each writing bench/results/<name>.json, then
+# docs/benchmarks.md from every results file. bench/gpu.py needs a CUDA machine: run it there,
+# bring bench/results/gpu.json back, then `python bench/report.py` (docs/benchmarks.md says how).
+# BENCH_PG: the PostgreSQL database the ledger and budget are also timed on (empty: SQLite only).
+BENCH_PG ?= postgresql+psycopg://postgres@127.0.0.1:5432/th_bench
 bench: $(STAMP) system-deps
-	$(BIN)/python bench/foundation.py
+	$(BIN)/python bench/foundation.py $(if $(BENCH_PG),--pg $(BENCH_PG))
 	$(BIN)/python bench/campaign.py --only shipped
-	$(BIN)/python bench/trainer.py
+	$(BIN)/python bench/trainer.py --hidden 128 --steps 2000 --checkpoint-every 100 --slice-seconds 20 --sps-steps 100 --repeats 3
+	taskset -c 0 $(BIN)/python bench/triage.py
 	$(BIN)/python bench/triage.py --chain
 	$(BIN)/python bench/triage_real.py
+	$(BIN)/python bench/report.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

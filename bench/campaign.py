@@ -2,13 +2,29 @@
 
     python bench/campaign.py                 # shipped traces (+ recoveries with and without a standby host)
     python bench/campaign.py --seeds 52      # plus generated variants of each generator
-    python bench/campaign.py --only sweep --from-seed 53 --seeds 100        # issue 4, out of sample
-    python bench/campaign.py --only recovery --recovery-from 31 --recovery-seeds 60   # issue 7, out of sample
+    python bench/campaign.py --only sweep --from-seed 53 --seeds 100
+    python bench/campaign.py --only recovery --recovery-from 31 --recovery-seeds 60
     python bench/campaign.py --only shipped --progress-hedge 3   # with progress-aware hedging (off by default)
-    python bench/campaign.py --only first-wave --recovery-seeds 60   # issue 7: each no-standby miss, explained
+    python bench/campaign.py --only first-wave --recovery-seeds 60
+
+What each mode measures:
+  shipped     each policy on each shipped trace (cost of dead hosts, jobs done, total cost, recovery
+              time), and guarded's recoveries on the traces with host losses, with no warm standby
+              host and with one, against the recovery targets (detection within 60 s; resumed within
+              90 s with a standby host, within the replacement's image pull + 90 s without one).
+  sweep       guarded, naive and oracle on generated `marketplace` and `adversarial` traces, seeds
+              --from-seed..--seeds: guarded's dead-host cost against naive's and the oracle's, per
+              seed, and which seeds miss a target. Seeds no rule was tuned on are out of sample.
+  recovery    the recovery targets on generated `recovery` traces, seeds --recovery-from..
+              --recovery-seeds, with no standby host and with one.
+  first-wave  every no-standby recovery slower than its replacement's pull + 90 s, beside when the
+              job would have resumed on the fastest healthy host of the first wave the policy rented.
+  all         shipped, then sweep and recovery when --seeds is given.
 
 Every number is the simulated marketplace's own receipt (its billing and its truth), from
-`workers.campaign.run_campaign`; the same receipt `tuneharness sim campaign --json` prints.
+`providers.sim.campaign.run_campaign`; the same receipt `tuneharness sim campaign --json` prints. The
+tables are also written to bench/results/campaign.json (`--only shipped`) or
+bench/results/campaign_<mode>.json, which `bench/report.py` renders.
 """
 
 from __future__ import annotations
@@ -22,11 +38,12 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench import _results
+from providers.sim.campaign import is_dead_host
+from providers.sim.campaign import run_campaign as _run_campaign
 from providers.sim.make_traces import adversarial, marketplace, recovery
 from providers.sim.market import pull_seconds
 from providers.sim.trace import Trace, load_trace, parse_trace
-from workers.campaign import is_dead_host
-from workers.campaign import run_campaign as _run_campaign
 
 PROGRESS_HEDGE: int | None = None  # --progress-hedge N: extra rentals per slow recovery (default: the policy's)
 
@@ -58,17 +75,24 @@ def _fmt(v: Any) -> str:
     return str(v)
 
 
-def table(traces: list[tuple[str, Trace]]) -> str:
-    head = "| trace | policy | " + " | ".join(c[1] for c in COLUMNS) + " | wall s |"
-    rule = "|" + "---|" * (len(COLUMNS) + 3)
-    rows = [head, rule]
+Table = tuple[list[str], list[list[str]], str]  # columns, rows (as printed), a note under them
+
+
+def markdown(columns: list[str], rows: list[list[str]]) -> str:
+    return "\n".join(["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns),
+                      *("| " + " | ".join(r) + " |" for r in rows)])
+
+
+def table(traces: list[tuple[str, Trace]]) -> Table:
+    head = ["trace", "policy", *(c[1] for c in COLUMNS), "wall s"]
+    rows = []
     for name, trace in traces:
         for policy in POLICIES:
             t0 = time.perf_counter()
             r = run_campaign(trace, policy=policy, trace_label=name).receipt
             wall = time.perf_counter() - t0
-            rows.append(f"| {name} | {policy} | " + " | ".join(_fmt(r[k]) for k, _ in COLUMNS) + f" | {wall:.2f} |")
-    return "\n".join(rows)
+            rows.append([name, policy, *(_fmt(r[k]) for k, _ in COLUMNS), f"{wall:.2f}"])
+    return head, rows, ""
 
 
 def recovery_row(trace: Trace, *, standby_hosts: int) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -94,28 +118,26 @@ def recovery_ok(r: dict[str, Any], f: dict[str, Any], *, standby_hosts: int) -> 
     return f["detect_max_s"] <= 60 and limit_ok
 
 
-def recovery_table(traces: list[tuple[str, Trace]]) -> str:
-    rows = [
-        "| trace | standby hosts | recoveries | worst detection s | recovery median s | p90 s | median minus replacement pull s | standby $ | dead-host $ | total $ | targets |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
-    ]
+def recovery_table(traces: list[tuple[str, Trace]]) -> Table:
+    head = ["trace", "standby hosts", "recoveries", "worst detection s", "recovery median s", "p90 s",
+            "median minus replacement pull s", "standby $", "dead-host $", "total $", "targets"]
+    rows = []
     for name, trace in traces:
         for standby in (0, 1):
             r, f = recovery_row(trace, standby_hosts=standby)
-            rows.append(
-                f"| {name} | {standby} | {f['n']} | {_fmt(f['detect_max_s'])} | {_fmt(r['recovery_median_s'])} | "
-                f"{_fmt(r['recovery_p90_s'])} | {_fmt(f['median_over_pull_s'])} | {r['standby_cost_usd']:.4f} | "
-                f"{r['dead_host_cost_usd']:.4f} | {r['total_cost_usd']:.4f} | "
-                f"{'yes' if recovery_ok(r, f, standby_hosts=standby) else 'NO'} |"
-            )
-    return "\n".join(rows)
+            rows.append([
+                name, str(standby), str(f["n"]), _fmt(f["detect_max_s"]), _fmt(r["recovery_median_s"]),
+                _fmt(r["recovery_p90_s"]), _fmt(f["median_over_pull_s"]), f"{r['standby_cost_usd']:.4f}",
+                f"{r['dead_host_cost_usd']:.4f}", f"{r['total_cost_usd']:.4f}",
+                "yes" if recovery_ok(r, f, standby_hosts=standby) else "NO",
+            ])
+    return head, rows, ""
 
 
-def seeds_summary(n: int, *, first: int = 1) -> str:
-    rows = [
-        "| generator | seed | guarded $ | naive $ | oracle $ | guarded/naive | guarded/oracle | life - oracle s | all targets |",
-        "|---|---|---|---|---|---|---|---|---|",
-    ]
+def seeds_summary(n: int, *, first: int = 1) -> Table:
+    head = ["generator", "seed", "guarded $", "naive $", "oracle $", "guarded/naive", "guarded/oracle",
+            "life - oracle s", "all targets"]
+    rows = []
     failing: dict[str, list[int]] = {}
     sums: dict[str, float] = {}
     for gen in (marketplace, adversarial):
@@ -136,24 +158,24 @@ def seeds_summary(n: int, *, first: int = 1) -> str:
                 key = f"{gen.__name__} {p}"
                 sums[key] = sums.get(key, 0.0) + float(r[p]["dead_host_cost_usd"])
                 sums[f"{gen.__name__} {p} total"] = sums.get(f"{gen.__name__} {p} total", 0.0) + float(r[p]["total_cost_usd"])
-            rows.append(
-                f"| {gen.__name__} | {seed} | {g['dead_host_cost_usd']:.4f} | {nv['dead_host_cost_usd']:.4f} | "
-                f"{o['dead_host_cost_usd']:.4f} | {to_naive:.2f} | {to_oracle:.2f} | {life:.0f} | {'yes' if ok else 'NO'} |"
-            )
+            rows.append([
+                gen.__name__, str(seed), f"{g['dead_host_cost_usd']:.4f}", f"{nv['dead_host_cost_usd']:.4f}",
+                f"{o['dead_host_cost_usd']:.4f}", f"{to_naive:.2f}", f"{to_oracle:.2f}", f"{life:.0f}",
+                "yes" if ok else "NO",
+            ])
     count = n - first + 1
     summary = ", ".join(f"{g}: {len(s)} of {count} fail (seeds {s})" for g, s in failing.items()) or "none fail"
-    return "\n".join(rows) + f"\n\nFailing traces (seeds {first}-{n}): {summary}; dead-host $ summed: {sums_text(sums)}"
+    return head, rows, f"Failing traces (seeds {first}-{n}): {summary}; dead-host $ summed: {sums_text(sums)}"
 
 
 def sums_text(sums: dict[str, float]) -> str:
     return ", ".join(f"{k} {v:.2f}" for k, v in sums.items())
 
 
-def recovery_seeds_summary(n: int, *, first: int = 1) -> str:
-    rows = [
-        "| generator | seed | recoveries | median minus pull s (no standby) | median s (1 standby) | worst detection s | no standby ok | 1 standby ok |",
-        "|---|---|---|---|---|---|---|---|",
-    ]
+def recovery_seeds_summary(n: int, *, first: int = 1) -> Table:
+    head = ["generator", "seed", "recoveries", "median minus pull s (no standby)", "median s (1 standby)",
+            "worst detection s", "no standby ok", "1 standby ok"]
+    rows = []
     fails = {0: 0, 1: 0}
     missed: dict[int, list[int]] = {0: [], 1: []}
     sums: dict[str, float] = {}
@@ -174,12 +196,12 @@ def recovery_seeds_summary(n: int, *, first: int = 1) -> str:
             for k in ("standby_cost_usd", "dead_host_cost_usd", "total_cost_usd"):
                 sums[f"{sb} standby {k}"] = sums.get(f"{sb} standby {k}", 0.0) + float(r[k])
         detect = max(x for x in (f0["detect_max_s"], f1["detect_max_s"]) if x is not None)
-        rows.append(
-            f"| recovery | {seed} | {f0['n']}/{f1['n']} | {_fmt(f0['median_over_pull_s'])} | {_fmt(f1['median_s'])} | "
-            f"{_fmt(detect)} | {'yes' if ok0 else 'NO'} | {'yes' if ok1 else 'NO'} |"
-        )
-    return "\n".join(rows) + (
-        f"\n\nOf {counted} generated recovery traces with a loss (seeds {first}-{n}): {fails[0]} miss the no-standby "
+        rows.append([
+            "recovery", str(seed), f"{f0['n']}/{f1['n']}", _fmt(f0["median_over_pull_s"]), _fmt(f1["median_s"]),
+            _fmt(detect), "yes" if ok0 else "NO", "yes" if ok1 else "NO",
+        ])
+    return head, rows, (
+        f"Of {counted} generated recovery traces with a loss (seeds {first}-{n}): {fails[0]} miss the no-standby "
         f"target (seeds {missed[0]}), {fails[1]} miss the one-standby target (seeds {missed[1]}); summed: {sums_text(sums)}"
     )
 
@@ -223,12 +245,10 @@ def first_wave(trace: Trace, *, label: str) -> list[dict[str, Any]]:
     return out
 
 
-def first_wave_summary(n: int, *, first: int = 1) -> str:
-    rows = [
-        "| trace | job | recovery s | minus its pull s | replacement rented s after the loss was noticed | "
-        "first wave (healthy) | resuming on the first wave's fastest healthy host s |",
-        "|---|---|---|---|---|---|---|",
-    ]
+def first_wave_summary(n: int, *, first: int = 1) -> Table:
+    head = ["trace", "job", "recovery s", "minus its pull s", "replacement rented s after the loss was noticed",
+            "first wave (healthy)", "resuming on the first wave's fastest healthy host s"]
+    rows = []
     traces = [("marketplace", load_trace("marketplace")), ("recovery", load_trace("recovery"))]
     traces += [(f"{g.__name__}({seed})", parse_trace(g(seed))) for seed in range(first, n + 1) for g in (marketplace, recovery)]
     total = misses = sooner = no_healthy = 0
@@ -241,10 +261,10 @@ def first_wave_summary(n: int, *, first: int = 1) -> str:
             fw = r["first_wave_recovery_s"]
             no_healthy += fw is None
             sooner += fw is not None and r["recovery_s"] < fw
-            rows.append(f"| {label} | {r['job']} | {r['recovery_s']:.0f} | {r['over_pull_s']:.0f} | {r['rented_after_s']:.0f} | "
-                        f"{r['first_wave']} ({r['first_wave_healthy']}) | {_fmt(fw)} |")
-    return "\n".join(rows) + (
-        f"\n\nOf {total} no-standby recoveries (the shipped marketplace and recovery traces, and generated seeds "
+            rows.append([label, str(r["job"]), f"{r['recovery_s']:.0f}", f"{r['over_pull_s']:.0f}",
+                         f"{r['rented_after_s']:.0f}", f"{r['first_wave']} ({r['first_wave_healthy']})", _fmt(fw)])
+    return head, rows, (
+        f"Of {total} no-standby recoveries (the shipped marketplace and recovery traces, and generated seeds "
         f"{first}-{n} of both), {misses} took longer than their replacement's pull + 90 s. In {sooner} of those the job "
         f"resumed SOONER than it would have on the fastest healthy host of the first wave (that host would have met "
         f"the target, being slower); in {no_healthy} the first wave held no healthy host. A negative 'rented after' is a "
@@ -267,21 +287,33 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     global PROGRESS_HEDGE
     PROGRESS_HEDGE = args.progress_hedge
+    started = _results.start()
+    measured: list[dict[str, Any]] = []
+
+    def show(measure: str, result: Table) -> None:
+        columns, rows, note = result
+        if measured:
+            print()
+        print(markdown(columns, rows) + (f"\n\n{note}" if note else ""))
+        measured.append(_results.table(measure, columns, rows, note=note))
+
     if args.only in ("all", "shipped"):
         traces = [(name, load_trace(name)) for name in SHIPPED]
-        print(table(traces))
-        print()
-        print(recovery_table([t for t in traces if t[0] in ("marketplace", "recovery", "hangs")]))
+        show("Policies on the shipped traces", table(traces))
+        show("Recoveries on the shipped traces, with and without a standby host",
+             recovery_table([t for t in traces if t[0] in ("marketplace", "recovery", "hangs")]))
     if args.seeds and args.only in ("all", "sweep"):
-        print()
-        print(seeds_summary(args.seeds, first=args.from_seed))
+        show(f"Policies on generated traces, seeds {args.from_seed}-{args.seeds}",
+             seeds_summary(args.seeds, first=args.from_seed))
     recovery_last = args.recovery_seeds if args.recovery_seeds is not None else min(args.seeds, 30)
     if args.only == "first-wave":
-        print(first_wave_summary(recovery_last, first=args.recovery_from))
-        return 0
-    if recovery_last and args.only in ("all", "recovery"):
-        print()
-        print(recovery_seeds_summary(recovery_last, first=args.recovery_from))
+        show(f"No-standby recoveries over their target, seeds {args.recovery_from}-{recovery_last}",
+             first_wave_summary(recovery_last, first=args.recovery_from))
+    elif recovery_last and args.only in ("all", "recovery"):
+        show(f"Recoveries on generated recovery traces, seeds {args.recovery_from}-{recovery_last}",
+             recovery_seeds_summary(recovery_last, first=args.recovery_from))
+    name = "campaign" if args.only == "shipped" else f"campaign_{args.only.replace('-', '_')}"
+    _results.write(name, measured, started=started)
     return 0
 
 

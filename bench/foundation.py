@@ -2,7 +2,8 @@
 
     .venv/bin/python bench/foundation.py [--pg URL]
 
-Prints a markdown table. Uses a private redis-server and a real worker process.
+Prints a markdown table and writes bench/results/foundation.json (`bench/report.py` renders it).
+Uses a private redis-server and a real worker process.
 """
 
 from __future__ import annotations
@@ -13,9 +14,12 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO), str(REPO / "tests")]
+
+from bench import _results  # noqa: E402
 
 
 def bench_ledger(url: str, n: int) -> tuple[float, float]:
@@ -80,7 +84,9 @@ def main() -> None:
     ap.add_argument("--pg", default=None, help="a PostgreSQL SQLAlchemy URL to bench too")
     ap.add_argument("-n", type=int, default=1000)
     args = ap.parse_args()
+    started = _results.start()
     rows = []
+    rates: dict[str, dict[str, float]] = {}
     tmp = tempfile.mkdtemp()
     dbs = [("SQLite", f"sqlite:///{tmp}/bench.db")]
     if args.pg:
@@ -89,11 +95,35 @@ def main() -> None:
         appends, verify = bench_ledger(url, args.n)
         rows.append((f"ledger append ({name})", f"{appends:,.0f} events/s"))
         rows.append((f"ledger verify ({name})", f"{verify:,.0f} rows/s"))
-        rows.append((f"budget reserve ({name})", f"{bench_reserve(url, args.n // 2):,.0f} reservations/s"))
-    rows.append(("Celery ping round trip (Redis, 2 worker processes)", f"{bench_celery(args.n):,.0f} tasks/s"))
+        reserve = bench_reserve(url, args.n // 2)
+        rows.append((f"budget reserve ({name})", f"{reserve:,.0f} reservations/s"))
+        rates[name] = {"ledger_append_per_s": appends, "ledger_verify_rows_per_s": verify,
+                       "budget_reserve_per_s": reserve}
+    celery = bench_celery(args.n)
+    rows.append(("Celery ping round trip (Redis, 2 worker processes)", f"{celery:,.0f} tasks/s"))
     print("| what | rate |\n|---|---|")
     for what, rate in rows:
         print(f"| {what} | {rate} |")
+    _results.write("foundation", result_tables(rates, celery, n=args.n), started=started,
+                   raw={"n": args.n, "databases": rates, "celery_tasks_per_s": celery})
+
+
+def result_tables(rates: dict[str, dict[str, float]], celery: float, *, n: int) -> list[dict[str, Any]]:
+    """The measured rates as the tables `bench/report.py` renders."""
+    names = list(rates)
+    ops = (("ledger append (one event per transaction)", "events/s", "ledger_append_per_s"),
+           ("ledger verify (the hash chain re-read)", "rows/s", "ledger_verify_rows_per_s"),
+           ("budget reservation", "reservations/s", "budget_reserve_per_s"))
+    db = _results.table(
+        "Ledger and budget throughput", ["operation", "unit", *names],
+        [[what, unit, *(round(rates[name][key]) for name in names)] for what, unit, key in ops],
+        note=f"{n:,} appends and verified rows, {n // 2:,} reservations per database; SQLite: a WAL file "
+             "in a temporary directory.")
+    queue = _results.table(
+        "Celery round trip", ["what", "tasks/s"],
+        [["`tuneharness.maintenance.ping` sent and awaited through Redis, 2 worker processes", round(celery)]],
+        note=f"{n:,} tasks sent at once, then every result awaited; a private redis-server and a real worker.")
+    return [db, queue]
 
 
 if __name__ == "__main__":

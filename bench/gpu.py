@@ -20,7 +20,8 @@ What it runs, each through the product's own entry points (`python -m trainer ..
      step line of each slice, GPU memory in use at its peak (nvidia-smi, sampled), the final loss,
      and the adapter's max abs difference from A's (from A_det's for the deterministic runs).
 
-Writes DIR/gpu.json and prints a markdown summary. It needs no network: the model is random.
+Writes DIR/gpu.json and bench/results/gpu.json (which `bench/report.py` renders), and prints a
+markdown summary. It needs no network: the model is random.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from bench import _results  # noqa: E402
 from trainer.reporting import steps_by_slice  # noqa: E402
 
 
@@ -203,6 +205,57 @@ def versions() -> dict[str, Any]:
     return info
 
 
+RUN_KINDS = {
+    "A": "`trainer run`, uninterrupted",
+    "B": "`trainer run` again, in a new directory (the kernels' noise floor)",
+    "C": "`trainer slices --slice-steps K`: one import, a forked child per slice",
+    "D": "`trainer run --slice-steps K` repeated: a new process per slice, resuming",
+}
+
+
+def _verdict(v: dict[str, Any] | None) -> str:
+    if v is None:
+        return "-"
+    return f"pass: {v['evidence']}" if v["passed"] else f"{v['failure']}: {v['evidence']}"
+
+
+def result_tables(report: dict[str, Any]) -> list[dict[str, Any]]:
+    """A gpu.json report (this script's, or a recorded one) as the tables `bench/report.py` renders."""
+    tables = []
+    pf = report.get("preflight")
+    if pf:
+        verdicts = pf.get("verdicts", [])
+        rows = [[r["size"], r["exit"], r["wall_s"], r["report"].get("tflops_bf16"),
+                 _verdict(verdicts[i] if i < len(verdicts) else None)] for i, r in enumerate(pf["runs"])]
+        tables.append(_results.table(
+            "GPU preflight", ["matrix size", "exit", "wall s (process)",
+                                                                     "bf16 TFLOP/s", "judgement"], rows,
+            note=f"`python -m trainer preflight --size N`, each a new process (torch's import and CUDA's start "
+                 f"included). Judged by `app.policy.preflight` against an offer of {pf['offer']['gpu']} with "
+                 f"{pf['offer']['vram_gb']:g} GB, expecting {pf['expected_tflops_bf16']} bf16 TFLOP/s."))
+    runs = report.get("runs") or {}
+    if runs:
+        job = report.get("job", {})
+        rows = []
+        for name, r in runs.items():
+            kind = RUN_KINDS.get(name.removesuffix("_det"), name)
+            what = kind + (", torch's deterministic algorithms on" if name.endswith("_det") else "")
+            rows.append([name, what, r["exit_codes"], r["wall_s"], r["steps_per_s"], r["tokens_per_s"],
+                         r["gpu_mem_peak_mib"], r["gpu_util_mean"], r["first_step_at_s"], r["final_loss"],
+                         r["adapter_max_abs_diff_vs_A"]])
+        lora = job.get("lora", {})
+        tables.append(_results.table(
+            "GPU NF4 QLoRA training and resumes",
+            ["run", "what", "exit codes", "wall s", "steps/s", "tokens/s", "GPU MiB peak", "GPU util %",
+             "first step at s", "final loss", "max abs adapter diff vs A (A_det for _det)"], rows,
+            note=f"A random causal LM shaped like Qwen2.5-0.5B, {job.get('max_steps')} steps of "
+                 f"{job.get('batch_size')} rows x up to {job.get('max_seq_len')} tokens, checkpoint (K) every "
+                 f"{job.get('checkpoint_every')}, LoRA r={lora.get('r')} on {len(lora.get('target_modules', []))} "
+                 f"projections with dropout {lora.get('dropout')}. Steps/s and tokens/s between the first and "
+                 "last step line of each slice; GPU memory and utilisation sampled by nvidia-smi."))
+    return tables
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", type=Path, required=True)
@@ -219,6 +272,7 @@ def main() -> int:
     ap.add_argument("--intermediate", type=int, default=4864)
     ap.add_argument("--heads", type=int, default=14)
     args = ap.parse_args()
+    started = _results.start()
     out = args.out.resolve()
     out.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
@@ -245,6 +299,10 @@ def main() -> int:
     for name, r in report["runs"].items():
         print(f"| {name} | {r['exit_codes']} | {r['wall_s']} | {r['steps_per_s']} | {r['tokens_per_s']} | "
               f"{r['gpu_mem_peak_mib']:.0f} | {r['final_loss']} | {r['adapter_max_abs_diff_vs_A']} |")
+    first = (report.get("preflight") or {"runs": [{"report": {}}]})["runs"][0]["report"]
+    gpu = {"gpu": report["versions"].get("device"), "cuda": report["versions"].get("cuda"),
+           "driver": first.get("driver")}
+    _results.write("gpu", result_tables(report), started=started, raw=report, machine_extra=gpu)
     return 0
 
 

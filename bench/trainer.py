@@ -14,7 +14,8 @@ One tiny NF4 causal-LM job (a random Qwen2 written on the spot, no downloads), r
      no logs, no status file), in its own process.
 Reported: wall time of (2) and (3) over (1), checkpoint save and load time (from train.log), peak
 RSS of each process, training steps/s of the trainer against the plain loop (steps/s counted from
-the first to the last step, start-up excluded), and the load average around the runs.
+the first to the last step, start-up excluded), and the load average around the runs. The table is
+also written to bench/results/trainer.json, which `bench/report.py` renders.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from bench import _results  # noqa: E402
 from trainer.reporting import parse_line, steps_by_slice  # noqa: E402
 from trainer.testing import write_causal_job  # noqa: E402
 from trainer.tiny import write_tiny_causal_lm  # noqa: E402
@@ -133,6 +135,49 @@ def _steps_per_s(job: Path) -> float:
     return steps / seconds
 
 
+def result_rows(result: dict[str, Any], *, slices: int, forked_slices: int, slice_seconds: float, repeats: int,
+                sps_steps: int) -> list[list[str]]:
+    """The table's rows: measure, value, target."""
+    cpu_whole = statistics.mean(result["cpu_s_uninterrupted_runs"]) if slices else float("nan")
+    return [
+        ["uninterrupted wall s (mean of runs before and after the sliced ones)",
+         f"{result['uninterrupted_s']} ({' / '.join(str(w) for w in result['uninterrupted_runs_s'])})", ""],
+        [f"`run` per slice: {slices} processes of {slice_seconds:g} s, wall s", f"{result['sliced_s']}", ""],
+        ["wall ratio, `run` per slice / uninterrupted", f"{result['wall_ratio']}", "<= 1.10"],
+        [f"`slices` runner: {forked_slices} forked slices of {slice_seconds:g} s, wall s", f"{result['forked_s']}", ""],
+        ["wall ratio, `slices` runner / uninterrupted", f"{result['forked_wall_ratio']}", "<= 1.10"],
+        [f"CPU s (user + system): uninterrupted ({' / '.join(str(c) for c in result['cpu_s_uninterrupted_runs'])}) "
+         "/ `run` per slice / `slices` runner",
+         f"{round(cpu_whole, 2)} / {result['cpu_s_run_per_slice']} / {result['cpu_s_slices_runner']}", ""],
+        ["CPU ratio, `run` per slice / uninterrupted", f"{round(result['cpu_s_run_per_slice'] / cpu_whole, 3)}", ""],
+        ["CPU ratio, `slices` runner / uninterrupted", f"{round(result['cpu_s_slices_runner'] / cpu_whole, 3)}", ""],
+        ["slice boundary (cap line to the next slice's first step), median s: `run` per slice / `slices` runner",
+         f"{result['restart_gap_median_s_run']} / {result['restart_gap_median_s_slices']}", ""],
+        ["checkpoint save, median s", f"{result['checkpoint_save_median_s']}", ""],
+        ["checkpoint load (resume), median s", f"{result['checkpoint_load_median_s']}", ""],
+        ["peak RSS trainer / plain loop MiB", f"{result['peak_rss_mib_trainer']} / {result['peak_rss_mib_plain']}", ""],
+        [f"steps/s trainer / plain loop (best of {repeats} alternating runs of {sps_steps} steps)",
+         f"{result['trainer_steps_per_s']} / {result['plain_steps_per_s']}", ""],
+        ["steps/s runs trainer; plain", f"{result['trainer_steps_per_s_runs']}; {result['plain_steps_per_s_runs']}", ""],
+        ["steps/s ratio", f"{result['steps_per_s_ratio']}", ">= 0.95"],
+        ["load average (1, 5, 15 min) before / after the sliced runs / at the end",
+         f"{result['loadavg_1_5_15_before']} / {result['loadavg_1_5_15_after_slices']} / "
+         f"{result['loadavg_1_5_15_end']}", ""],
+    ]
+
+
+def result_tables(rows: list[list[str]], *, title: str) -> list[dict[str, Any]]:
+    """The rows as three measures: slicing overhead, checkpoint I/O, speed and memory beside a plain loop."""
+    columns = ["measure", "value", "target"]
+    return [
+        _results.table("Trainer slicing overhead: whole, `run` per slice, `slices`", columns,
+                       [*rows[0:9], rows[15]], note=title),
+        _results.table("Trainer checkpoint save and load", columns, rows[9:11], note=title),
+        _results.table("Trainer speed and memory beside a plain loop", columns, rows[11:15],
+                       note=title),
+    ]
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--steps", type=int, default=600)
@@ -146,6 +191,7 @@ def main() -> int:
                     help="OMP/torch threads per process (1 keeps a shared, busy machine from distorting the ratios)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
+    started = _results.start()
     env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", PYTHONPATH=str(REPO),
                OMP_NUM_THREADS=str(args.threads))
     with tempfile.TemporaryDirectory(prefix="bench-trainer-") as tmp:
@@ -228,38 +274,19 @@ def main() -> int:
             "plain_steps_per_s_runs": [round(x, 2) for x in plain_runs],
             "steps_per_s_ratio": round(trainer_sps / plain_sps, 3),
         }
+    title = (f"Tiny NF4 Qwen2 (hidden {args.hidden}, 4 layers), {args.steps} steps, batch 8 x 64 tokens, "
+             f"checkpoint every {args.checkpoint_every}, CPU, {args.threads} thread(s) per process")
+    rows = result_rows(result, slices=slices, forked_slices=forked_slices, slice_seconds=args.slice_seconds,
+                       repeats=args.repeats, sps_steps=args.sps_steps)
+    _results.write("trainer", result_tables(rows, title=title), started=started, raw=result)
     if args.json:
         print(json.dumps(result))
         return 0
-    print(f"Tiny NF4 Qwen2 (hidden {args.hidden}, 4 layers), {args.steps} steps, batch 8 x 64 tokens, "
-          f"checkpoint every {args.checkpoint_every}, CPU, {args.threads} thread(s) per process\n")
+    print(f"{title}\n")
     print("| measure | value | target |")
     print("|---|---|---|")
-    print(f"| uninterrupted wall s (mean of runs before and after the sliced ones) | {result['uninterrupted_s']} "
-          f"({' / '.join(str(w) for w in result['uninterrupted_runs_s'])}) | |")
-    print(f"| `run` per slice: {slices} processes of {args.slice_seconds:g} s, wall s | {result['sliced_s']} | |")
-    print(f"| wall ratio, `run` per slice / uninterrupted | {result['wall_ratio']} | <= 1.10 |")
-    print(f"| `slices` runner: {forked_slices} forked slices of {args.slice_seconds:g} s, wall s "
-          f"| {result['forked_s']} | |")
-    print(f"| wall ratio, `slices` runner / uninterrupted | {result['forked_wall_ratio']} | <= 1.10 |")
-    cpu_whole = statistics.mean(result["cpu_s_uninterrupted_runs"]) if slices else float("nan")
-    print(f"| CPU s (user + system): uninterrupted ({' / '.join(str(c) for c in result['cpu_s_uninterrupted_runs'])}) "
-          f"/ `run` per slice / `slices` runner | {round(cpu_whole, 2)} / {result['cpu_s_run_per_slice']} / "
-          f"{result['cpu_s_slices_runner']} | |")
-    print(f"| CPU ratio, `run` per slice / uninterrupted | {round(result['cpu_s_run_per_slice'] / cpu_whole, 3)} | |")
-    print(f"| CPU ratio, `slices` runner / uninterrupted | {round(result['cpu_s_slices_runner'] / cpu_whole, 3)} | |")
-    print(f"| slice boundary (cap line to the next slice's first step), median s: `run` per slice / "
-          f"`slices` runner | {result['restart_gap_median_s_run']} / {result['restart_gap_median_s_slices']} | |")
-    print(f"| checkpoint save, median s | {result['checkpoint_save_median_s']} | |")
-    print(f"| checkpoint load (resume), median s | {result['checkpoint_load_median_s']} | |")
-    print(f"| peak RSS trainer / plain loop MiB | {result['peak_rss_mib_trainer']} / {result['peak_rss_mib_plain']} | |")
-    print(f"| steps/s trainer / plain loop (best of {args.repeats} alternating runs of {args.sps_steps} steps) "
-          f"| {result['trainer_steps_per_s']} / {result['plain_steps_per_s']} | |")
-    print(f"| steps/s runs trainer; plain | {result['trainer_steps_per_s_runs']}; {result['plain_steps_per_s_runs']} | |")
-    print(f"| steps/s ratio | {result['steps_per_s_ratio']} | >= 0.95 |")
-    print(f"| load average (1, 5, 15 min) before / after the sliced runs / at the end "
-          f"| {result['loadavg_1_5_15_before']} / {result['loadavg_1_5_15_after_slices']} / "
-          f"{result['loadavg_1_5_15_end']} | |")
+    for row in rows:
+        print("| " + " | ".join(row) + " |")
     return 0
 
 

@@ -4,22 +4,22 @@
     .venv/bin/python bench/triage.py --chain    # + the whole chain without LLM, specialist loaded
 
 Rules: tails per second over the committed corpus (every split, tails as generated: mean ~1.2 KB),
-over the real excerpts from public issue threads as posted (`app/triage/data/real/`, mean ~0.9 KB),
+over the real excerpts from public issue threads as posted (`data/triage/real/`, mean ~0.9 KB),
 and the corpus rows as the chain reads them from a long log: healthy progress of the same framework
 before each tail, cut to the last 8, 16 and 32 KB (32 KB: what the CLI and the supervisor read), each
 as text and as the bytes `read_tail_bytes` hands over (`..._bytes`: no decode and re-encode of the
-whole tail; the CLI's path since session 5). Process CPU time, so
+whole tail; the CLI's path). Process CPU time, so
 other load on the machine counts less against it (the load average is printed). Run it pinned to
 one core (`taskset -c 0`) on a quiet machine; the best of a few passes is reported.
 `machine_python_loop_ns` says how fast the machine runs plain Python: compare rates between machines
-only next to it (the sandboxes this was built on gave the same code rates about 2x apart).
+only next to it.
 
 The rules remember line skeletons and per-line rule results across calls (bounded). Each timed
 pass starts with empty memories, so it pays for learning the corpus's line shapes once
 (`..._tails_per_s_one_core`); `..._cold` empties them before EVERY tail (a tail whose lines were
 never seen: the worst case); `..._again` is a second pass over the same tails with the memories
 kept (the supervisor re-reading the same logs). `--reference` also times `_classify_reference`,
-the plain whole-text path (the algorithm before the pre-filter).
+the plain whole-text path (one needle scan over the whole tail, no line memories).
 Chain: every eval/OOD/hand-written row through rules -> specialist (all residue in one trainer
 predict call), wall time per row, with and without the one-off model load.
 """
@@ -38,6 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from app.triage import rules
 from app.triage.corpus import DATA_DIR, REAL_SPLITS, real_rows
+from bench import _results
 
 
 def _rows() -> list[dict]:
@@ -86,8 +87,8 @@ def _rate(texts: list[str], idles: list[float | None], repeats: int, *, mode: st
 
 def machine_loop_ns(n: int = 2_000_000, repeats: int = 3) -> float:
     """The machine's speed for plain Python: CPU ns per iteration of `for i in range(n): s += i`
-    (best of `repeats`). Rates from two machines compare only next to this: the rules' rates have
-    differed about 2x between the sandboxes of two sessions on the same code."""
+    (best of `repeats`). Rates from two machines compare only next to this: the same code's rules
+    rates have differed about 2x between two build machines."""
     best = float("inf")
     for _ in range(repeats):
         s = 0
@@ -159,11 +160,54 @@ def main() -> None:
     ap.add_argument("--chain", action="store_true", help="also run the chain with the shipped specialist")
     ap.add_argument("--reference", action="store_true", help="also time the plain whole-text rules path")
     args = ap.parse_args()
+    started = _results.start()
     rows = _rows()
     out = bench_rules(rows, reference=args.reference)
     if args.chain:
         out.update(bench_chain(rows))
     print(json.dumps(out, indent=2))
+    if args.chain:  # the chain's numbers; this run's rules rates stay in "raw"
+        _results.write("triage_chain", chain_tables(out), started=started, raw=out)
+    else:
+        _results.write("triage", rules_tables(out, sample=len(rows[:: max(1, len(rows) // 800)])),
+                       started=started, raw=out)
+
+
+def rules_tables(out: dict, *, sample: int) -> list[dict]:
+    """The rules stage's rates (bench_rules' output) as the table `bench/report.py` renders."""
+    inputs = [("", f"corpus tails as generated (mean {out['mean_tail_kb']} KB)", out["tails"]),
+              ("_real", f"real excerpts as posted (mean {out['real_mean_tail_kb']} KB)", out["real_excerpts"])]
+    for kb in (8, 16, 32):
+        inputs += [(f"_{kb}kb", f"corpus tails after healthy progress, last {kb} KB, as text", sample),
+                   (f"_{kb}kb_bytes", f"the same {kb} KB tails as the bytes read from a file", sample)]
+    columns = ["input", "tails", "tails/s", "cold: memories emptied before every tail", "again: same tails re-read"]
+    reference = any(k.startswith("reference") for k in out)
+    if reference:
+        columns.append("plain whole-text path (`_classify_reference`)")
+    rows = []
+    for key, what, n in inputs:
+        row = [what, n, out[f"rules{key}_tails_per_s_one_core"], out[f"rules{key}_tails_per_s_one_core_cold"],
+               out[f"rules{key}_tails_per_s_one_core_again"]]
+        rows.append([*row, out[f"reference{key}_tails_per_s_one_core"]] if reference else row)
+    note = (f"Process CPU time, best of 3 passes (cold: one), the rules' memories emptied at the start of each. "
+            f"This machine runs plain Python at {out['machine_python_loop_ns']} ns per loop iteration "
+            f"(`machine_python_loop_ns`: compare rates between machines only next to it); load average "
+            f"(1 min) {out['load_average_1m']} before the passes, {out['load_average_1m_after']} after.")
+    return [_results.table("Triage rules speed on one core", columns, rows, note=note)]
+
+
+def chain_tables(out: dict) -> list[dict]:
+    """The chain's timing (bench_chain's output) as the table `bench/report.py` renders."""
+    if "chain_rows" not in out:
+        return [_results.table("Triage chain time per tail", ["what"], [[out["chain"]]])]
+    stages = ", ".join(f"{stage} {n}" for stage, n in out["chain_stages"].items())
+    rows = [["rows triaged (every eval, OOD and hand-written corpus row)", out["chain_rows"]],
+            ["rows decided by each stage", stages],
+            ["ms per tail, whole chain, one model load included", out["chain_ms_per_tail_incl_one_model_load"]],
+            ["s to load the specialist and predict one row", out["model_load_and_one_row_s"]],
+            ["ms per tail, specialist on every row, model loaded", out["specialist_ms_per_tail_every_row_loaded"]]]
+    note = "Rules, then the shipped specialist on all the residue in one predict call; no LLM. Wall time."
+    return [_results.table("Triage chain time per tail", ["measure", "value"], rows, note=note)]
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""Accuracy of train.log triage on REAL excerpts from public issue threads (app/triage/data/real/).
+"""Accuracy of train.log triage on REAL excerpts from public issue threads (data/triage/real/).
 
     .venv/bin/python bench/triage_real.py                 # every split, rules and chain
     .venv/bin/python bench/triage_real.py --split dev     # dev only (a split you may tune on)
@@ -13,34 +13,13 @@ Two predictors per split:
   `app/triage/log_doctor/`), no escalation. A row no stage was confident about comes back as its best guess with
   `needs_operator`; that best guess is scored, and the needs_operator count is reported.
 
-Printed: accuracy overall, per state, per framework, and every miss with its evidence lines.
-Every batch (128 after session 14; each one's collection, aim and first-contact reading are in
-`app/triage/data/real/README.md` and `docs/triage.md`) was split into dev and test before any
-classifier ran on it. The first thirty-five: `dev`/`test` (the
-first, 87 rows), `dev2`/`test2` and `dev3`/`test3` and `dev4`/`test4` (74, 66 and 74 rows, collected blind
-in session 3; the third from frameworks the first two barely had: JAX, TF, Paddle, MindSpore,
-ESPnet, ...; the fourth from LLM fine-tuning as run in 2024-25 and from vision, speech, RL, GNN), and
-`dev5`/`test5` (76 rows, session 4, collected by state across every ecosystem) and `dev6`/`test6`
-(75 rows, session 4, frameworks rarer in such threads), `dev7`/`test7` (48 rows, session 4:
-finished runs, and LLM fine-tuning failures of 2023-26), `dev8`/`test8` (19 rows, session 4:
-finished and running logs only), `dev9`/`test9` (56 rows, session 5: every ecosystem, by state; no
-finished run could be found that no earlier batch had), `dev10`/`test10` (61 rows, session 5: 2024-26
-LLM and RL tooling first), `dev11`/`test11` (66 rows, session 5: logs unlike HF's: non-English, Windows,
-notebooks, Caffe/MXNet/Chainer/Lua Torch), `dev12`/`test12` (50 rows, session 5: healthy logs that look
-alarming; XPU, Gaudi, TPU, ROCm, tabular ML), `dev13`/`test13` (31 rows, session 5: healthy runs with
-alarming lines, and failures of every state), `dev14`/`test14` (29 rows, session 5: device faults and
-divergence only), `dev15`/`test15` (18 rows, session 6: schedulers, containers and managed platforms),
-`dev16`/`test16` (25 rows, session 6: LLM stacks of 2024-26 seen less often), `dev17`/`test17` (15 rows,
-session 6: RL, science, vision, speech and diffusion trainers), `dev18`/`test18` (11 rows, session 6: runs
-posted in pull requests), `dev19`/`test19` (9 rows, session 6: runs that ended, posted with a question
-about what came after), `dev20`/`test20` (16 rows, session 6: failures after a long healthy stretch),
-`dev21`/`test21` and `dev22`/`test22` (6 and 11 rows, session 6: an ordinary sample of every state,
-of the common stacks and of others; nothing was tuned on them), and `dev23`-`dev27`/`test23`-`test27`
-(17, 6, 22, 26 and 16 rows, session 7: ordinary samples of non-HF stacks, 2025-26 threads, model-release
-repos, research code and the HF stack), and `dev28`-`dev31`/`test28`-`test31` (18, 17, 23 and 18 rows,
-session 8: ordinary samples of Chinese model families' fine-tuning, vision, speech and classic NLP,
-image generation and RL), and `dev32`-`dev35`/`test32`-`test35` (11, 12, 22 and 24 rows, session 8:
-2025-26 threads, JAX/TPU and TF/Keras, vision-language fine-tuning, tabular/graph/science ML). The test splits must never be used to tune rules: look at their misses only as id/label/predicted.
+Printed: accuracy overall, per state, per framework, and every miss (with its evidence lines for dev
+splits; for test splits only id, label and predicted, unless --test-evidence).
+The excerpts come in batches (`REAL_BATCHES` in app/triage/corpus.py), each split into `devN` and
+`testN` before any classifier ran on it; `data/triage/real/README.md` is their data card (each
+batch's aim, rows and first-contact reading). The test splits must never be used to tune rules: look
+at their misses only as id/label/predicted. Pooled totals and per-state precision/recall:
+`python -m app.triage.report` (docs/triage.md).
 """
 
 from __future__ import annotations
@@ -54,11 +33,13 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from app.triage.chain import TriageChain, TriageInput
+from app.triage.corpus import DATA_DIR
 from app.triage.corpus import REAL_SPLITS as SPLITS
 from app.triage.rules import STATES, UNSURE, classify
 from app.triage.specialist import default_specialist
+from bench import _results
 
-REAL_DIR = Path(__file__).resolve().parents[1] / "app" / "triage" / "data" / "real"
+REAL_DIR = DATA_DIR / "real"
 
 
 def load(split: str) -> list[dict]:
@@ -132,9 +113,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--test-evidence", action="store_true",
                     help="also print evidence lines for test misses (off: test is not for tuning)")
     args = ap.parse_args(argv)
+    started = _results.start()
     splits = SPLITS if args.split == "all" else (args.split,)
     dumped = []
     summary = []
+    scored: dict[str, dict[str, dict]] = {}
     for split in splits:
         rows = load(split)
         if not rows:  # a batch with at most one row per state sends them all to dev
@@ -152,13 +135,77 @@ def main(argv: list[str] | None = None) -> int:
         res2 = report(split, "chain", rows, chain_preds, show_misses=show)
         dumped += [res, res2]
         summary += [(split, "rules", res), (split, "chain", res2)]
+        scored[split] = {"rules": _scores(rows, res), "chain": _scores(rows, res2)}
     print("\n=== summary")
     for split, name, res in summary:
         print(f"  {split:<6} {name:<6} {res['correct']}/{res['n']} = {res['correct'] / res['n']:.3f}"
               f"  (unsure/needs_operator {res['unsure']})")
     if args.json:
         args.json.write_text(json.dumps(dumped, indent=1), encoding="utf-8")
+    name = "triage_real" if args.split == "all" else f"triage_real_{args.split}"
+    _results.write(name, result_tables(scored), started=started, raw={"per_split": scored})
     return 0
+
+
+def _scores(rows: list[dict], res: dict) -> dict:
+    """One split's counts for one predictor: n, correct, unsure, and [correct, n] per labelled state."""
+    per_state: dict[str, list[int]] = {}
+    for r, p in zip(rows, res["predictions"], strict=True):
+        counts = per_state.setdefault(r["label"], [0, 0])
+        counts[0] += r["label"] == p["predicted"]
+        counts[1] += 1
+    return {"n": res["n"], "correct": res["correct"], "unsure": res["unsure"], "per_state": per_state}
+
+
+def _pool(scored: dict[str, dict[str, dict]], splits: list[str], predictor: str) -> dict:
+    pooled = {"n": 0, "correct": 0, "unsure": 0, "per_state": {}}
+    for split in splits:
+        s = scored[split][predictor]
+        pooled["n"] += s["n"]
+        pooled["correct"] += s["correct"]
+        pooled["unsure"] += s["unsure"]
+        for state, (ok, n) in s["per_state"].items():
+            counts = pooled["per_state"].setdefault(state, [0, 0])
+            counts[0] += ok
+            counts[1] += n
+    return pooled
+
+
+def _score(ok: int, n: int) -> str:
+    return f"{ok}/{n} ({ok / n:.3f})" if n else "-"
+
+
+def result_tables(scored: dict[str, dict[str, dict]]) -> list[dict]:
+    """Accuracy pooled over the dev halves, the test halves and both; then per state."""
+    groups = [("dev halves (may be tuned on)", [s for s in scored if s.startswith("dev")]),
+              ("test halves (never tuned on)", [s for s in scored if s.startswith("test")]),
+              ("all", list(scored))]
+    groups = [(name, splits) for name, splits in groups if splits]
+    overall = []
+    for name, splits in groups:
+        rules, chain = _pool(scored, splits, "rules"), _pool(scored, splits, "chain")
+        overall.append([name, len(splits), rules["n"], _score(rules["correct"], rules["n"]), rules["unsure"],
+                        _score(chain["correct"], chain["n"]), chain["unsure"]])
+    per_state = []
+    pooled = {name: (_pool(scored, splits, "rules"), _pool(scored, splits, "chain")) for name, splits in groups}
+    for state in STATES:
+        row: list = [state]
+        for name, _ in groups[-2:] if len(groups) > 1 else groups:
+            rules, chain = pooled[name]
+            ok_r, n = rules["per_state"].get(state, [0, 0])
+            ok_c, _ = chain["per_state"].get(state, [0, 0])
+            row += [n, _score(ok_r, n), _score(ok_c, n)]
+        per_state.append(row)
+    shown = [name.split(" (")[0] for name, _ in (groups[-2:] if len(groups) > 1 else groups)]
+    state_columns = ["state"] + [f"{col} ({name})" for name in shown for col in ("excerpts", "rules", "chain")]
+    note = ("rules: `app.triage.rules.classify`, an unsure verdict scored by its best guess. chain: "
+            "`TriageChain` as shipped without an LLM (rules, then the promoted specialist); a row no stage was "
+            "confident about is scored by its best guess and counted as needs_operator.")
+    return [
+        _results.table("Triage accuracy on the real excerpts", ["splits", "split files", "excerpts", "rules",
+                       "rules unsure", "chain", "chain needs_operator"], overall, note=note),
+        _results.table("Triage accuracy per state on the real excerpts", state_columns, per_state),
+    ]
 
 
 if __name__ == "__main__":
