@@ -2,11 +2,17 @@
 
 Periodic work runs as sweeps over all instances, never one task per instance per tick. `expires`
 drops a tick that waited longer than its interval (a backlog must not stop things twice).
+
+Periods are seconds of the provisioning clock. Against the shared simulated marketplace that clock
+runs `scale` times faster than the wall clock, and so does the schedule (`scaled`); the campaign
+simulator runs its sweeps at the same periods in virtual time.
 """
+
+from typing import Any
 
 FIVE_MINUTES_S = 300.0
 
-BEAT_SCHEDULE: dict[str, dict[str, object]] = {
+BEAT_SCHEDULE: dict[str, dict[str, Any]] = {
     "beat-heartbeat": {
         "task": "tuneharness.maintenance.heartbeat",
         "schedule": 60.0,
@@ -48,3 +54,20 @@ BEAT_SCHEDULE: dict[str, dict[str, object]] = {
         "options": {"queue": "maintenance", "expires": 55},
     },
 }
+
+
+def scaled(schedule: dict[str, dict[str, Any]], scale: float) -> dict[str, dict[str, Any]]:
+    """The schedule with every period and expiry in wall seconds when the clock runs `scale` times
+    faster than the wall clock."""
+    out: dict[str, dict[str, Any]] = {}
+    for name, entry in schedule.items():
+        options = dict(entry.get("options") or {})
+        if "expires" in options:
+            options["expires"] = float(options["expires"]) / scale
+        out[name] = {**entry, "schedule": float(entry["schedule"]) / scale, "options": options}
+    return out
+
+
+def period_s(name: str) -> float:
+    """One entry's period, in seconds of the provisioning clock."""
+    return float(str(BEAT_SCHEDULE[name]["schedule"]))

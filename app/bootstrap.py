@@ -196,6 +196,7 @@ def sim_serve(
     root: str | None = None,
     url_file: str | None = None,
     announce: Callable[[str], None] | None = None,
+    train_step_s: float | None = None,
 ) -> None:
     """Run the shared simulated marketplace (`tuneharness sim serve`) until interrupted."""
     import signal
@@ -205,7 +206,8 @@ def sim_serve(
     from providers.sim.server import SimServer
     from providers.sim.trace import load_trace
 
-    server = SimServer(load_trace(trace), scale=scale, port=port, root=Path(root) if root else None)
+    server = SimServer(load_trace(trace), scale=scale, port=port, root=Path(root) if root else None,
+                       train_step_s=train_step_s)
     if threading.current_thread() is threading.main_thread():
         # SIGTERM ends the server cleanly too: its sshd daemons must not outlive it
         signal.signal(signal.SIGTERM, lambda *_: server.request_stop())

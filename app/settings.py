@@ -14,7 +14,7 @@ from urllib.parse import urlsplit
 
 from app.errors import SettingsError
 
-__all__ = ["Settings", "load_settings", "seconds_setting"]
+__all__ = ["Settings", "load_settings", "seconds_setting", "sim_scale"]
 
 _DB_SCHEMES = ("sqlite", "postgresql", "postgresql+psycopg", "postgres")
 _BROKER_SCHEMES = ("redis", "rediss")
@@ -142,4 +142,21 @@ def seconds_setting(name: str, default: float, env: Mapping[str, str] | None = N
     if not math.isfinite(value) or value <= 0:
         raise SettingsError(name, f"{raw!r} is not a positive, finite number of seconds",
                             f"e.g. {name}={default:g}")
+    return value
+
+
+def sim_scale(env: Mapping[str, str] | None = None) -> float:
+    """TUNEHARNESS_SIM_SCALE: how many times faster than the wall clock the shared simulated
+    marketplace's clock runs, so that beat's periods pass in its seconds (1: the wall clock)."""
+    env = os.environ if env is None else env
+    raw = (env.get("TUNEHARNESS_SIM_SCALE") or "").strip()
+    if not raw:
+        return 1.0
+    try:
+        value = float(raw)
+    except ValueError:
+        value = float("nan")
+    if not math.isfinite(value) or value <= 0:
+        raise SettingsError("TUNEHARNESS_SIM_SCALE", f"{raw!r} is not a positive, finite scale",
+                            "set the scale `tuneharness sim serve --scale` runs at, e.g. 5")
     return value

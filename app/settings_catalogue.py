@@ -120,6 +120,9 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("TUNEHARNESS_SIM_URL", "unset",
             "a shared simulated marketplace (`tuneharness sim serve` prints the URL); its scaled "
             "clock then drives provisioning", "Simulated marketplace"),
+    Setting("TUNEHARNESS_SIM_SCALE", "`1`",
+            "the shared simulated marketplace's scale (`sim serve --scale`): beat's periods then pass in "
+            "its simulated seconds", "Simulated marketplace"),
     Setting("TUNEHARNESS_SIM_TRACE", "the shipped `smoke` trace",
             "trace of the in-process simulated marketplace when no `TUNEHARNESS_SIM_URL` is set",
             "Simulated marketplace"),

@@ -35,7 +35,7 @@ from trainer.jobspec import JobError, JobSpec, load_job, shape_of
 from trainer.models import META_FILE, LoadedModel, load_base, wrap_for_training
 from trainer.push import Pusher, PushError, load_pusher
 from trainer.reporting import StatusFile, TrainLog
-from trainer.simhost import hang_forever, load_hang
+from trainer.simhost import hang_forever, load_hang, load_pace
 
 __all__ = ["EXIT_BAD_JOB", "EXIT_CAP", "EXIT_DISK_FULL", "EXIT_FAILED", "EXIT_FINISHED",
            "EXIT_REFUSED", "ResumeRefused", "lr_factor", "run_job"]
@@ -93,6 +93,7 @@ class _Run:
         self.last_checkpoint_step: int | None = None
         self.pusher: Pusher | None = None
         self.hang = load_hang()  # a simulated host's hang (docs/simulation.md); None on a real host
+        self.pace = load_pace()  # a simulated host's training speed; None on a real host
 
     def elapsed_s(self) -> float:
         return time.monotonic() - self.started
@@ -189,6 +190,7 @@ class _Run:
         self.status.update(phase="training", step=self.step, last_checkpoint_step=self.last_checkpoint_step)
         window_t, window_tokens, window_samples = time.perf_counter(), 0, 0
         first_step = self.step
+        paced_since = time.time()
         while self.step < spec.max_steps:
             if self.hang is not None and self.hang.hung():
                 hang_forever()  # as a process stuck in a collective: alive, silent, no progress
@@ -217,6 +219,8 @@ class _Run:
             self.scheduler.step()
             self.optimizer.zero_grad(set_to_none=True)
             self.step += 1
+            if self.pace is not None:  # a simulated host: a step takes what the trace says it takes
+                self.pace.wait(steps=self.step - first_step, since_wall=paced_since)
             if not math.isfinite(loss_sum):
                 raise FloatingPointError(f"loss is {loss_sum} at step {self.step}")
             if self.step % spec.log_every == 0 or self.step == spec.max_steps:

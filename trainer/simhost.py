@@ -1,4 +1,5 @@
-"""What a simulated host does to the trainer: it hangs when its truth says so.
+"""What a simulated host does to the trainer: it hangs when its truth says so, and it trains at
+the host's simulated speed when the marketplace sets one.
 
 On a host of the simulated marketplace, `TUNEHARNESS_SIM_TRUTH` names a JSON file (docs/simulation.md)
 whose `hangs_at_epoch_s` is the simulated instant at which the training process hangs, and whose
@@ -19,7 +20,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-__all__ = ["SIM_TRUTH_ENV", "SimHang", "hang_forever", "load_hang"]
+__all__ = ["SIM_TRUTH_ENV", "SimHang", "SimPace", "hang_forever", "load_hang", "load_pace"]
 
 SIM_TRUTH_ENV = "TUNEHARNESS_SIM_TRUTH"
 
@@ -68,3 +69,45 @@ def hang_forever() -> None:
     stuck = threading.Event()
     while True:
         stuck.wait(3600.0)
+
+
+@dataclass(frozen=True, slots=True)
+class SimPace:
+    """How fast this simulated host trains: `step_s` simulated seconds per step at full speed,
+    divided by its `tflops_factor`; `scale` converts simulated seconds to wall seconds. The CPU
+    trains far faster than a step's simulated time, so the trainer waits out the rest: a job then
+    takes, in simulated time, what the trace says it takes on that card."""
+
+    step_s: float
+    factor: float = 1.0
+    scale: float = 1.0
+
+    def wait(self, *, steps: int, since_wall: float) -> None:
+        """Sleep until `steps` steps' worth of simulated time has passed since `since_wall`."""
+        due = steps * self.step_s / self.factor / self.scale
+        left = since_wall + due - time.time()
+        if left > 0:
+            time.sleep(left)
+
+
+def load_pace(env: Mapping[str, str] | None = None) -> SimPace | None:
+    """The simulated host's training speed (its truth's `train_step_s`), or None: not simulated,
+    no pace set (the trainer runs at its own speed), or an unreadable truth."""
+    env = os.environ if env is None else env
+    path = env.get(SIM_TRUTH_ENV)
+    if not path:
+        return None
+    try:
+        with open(path, encoding="utf-8") as fh:
+            truth = json.load(fh)
+        step_s = truth.get("train_step_s")
+        if step_s is None:
+            return None
+        clock = truth.get("clock") or {}
+        scale = float(clock.get("scale", 1.0))
+        factor = float(truth.get("tflops_factor") or 1.0)
+        if not (step_s > 0 and scale > 0 and factor > 0):
+            return None
+        return SimPace(step_s=float(step_s), factor=factor, scale=scale)
+    except (OSError, ValueError, TypeError, AttributeError):
+        return None

@@ -11,15 +11,14 @@ from typing import Any
 from celery import Celery, signals
 
 from app.errors import ConfigError
-from app.settings import load_settings
+from app.settings import load_settings, sim_scale
+from beat_schedule import BEAT_SCHEDULE, scaled
 from workers.config import TASK_TIME_LIMITS_S, build_config, check_time_limits
 
 app = Celery("tuneharness", include=["workers.tasks", "workers.guardrails", "workers.provisioning", "workers.supervisor", "workers.evaluate"])
 app.conf.update(build_config(load_settings()))
 
-from beat_schedule import BEAT_SCHEDULE  # noqa: E402  (plain data)
-
-app.conf.beat_schedule = BEAT_SCHEDULE
+app.conf.beat_schedule = scaled(BEAT_SCHEDULE, sim_scale())
 
 
 def _task_limits() -> dict[str, float]:

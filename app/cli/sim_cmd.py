@@ -19,21 +19,27 @@ def serve(
     port: int = typer.Option(0, "--port", help="TCP port on 127.0.0.1 (0: pick a free one)"),
     root: str | None = typer.Option(None, "--root", help="directory for the sim hosts' sandboxes and sshd files (default: a temp dir, removed on exit)"),
     url_file: str | None = typer.Option(None, "--url-file", help="also write the server's URL to this file"),
+    train_step_s: float | None = typer.Option(
+        None, "--train-step-s", help="simulated seconds a training step takes on a host at full speed "
+        "(its tflops_factor slows it); default: the trainer's own pace"),
 ) -> None:
     """Serve a simulated marketplace on 127.0.0.1; every running host answers over real SSH."""
     from app import bootstrap
     from app.errors import UserError
 
-    if scale <= 0:
-        raise UserError(f"--scale must be > 0, got {scale}. Fix: pass e.g. --scale 60")
+    if not 0 < scale < float("inf"):
+        raise UserError(f"--scale must be a positive number, got {scale}. Fix: pass e.g. --scale 60")
     if not 0 <= port <= 65535:
         raise UserError(f"--port {port} is out of range. Fix: pass 0 or a port from 1 to 65535")
+    if train_step_s is not None and not (0 < train_step_s < float("inf")):
+        raise UserError(f"--train-step-s must be a positive number of seconds, got {train_step_s}. Fix: e.g. 3")
 
     def announce(url: str) -> None:
         typer.echo(f"sim market on {url} (trace {trace}, {scale:g}x); export TUNEHARNESS_SIM_URL={url}")
 
     try:
-        bootstrap.sim_serve(trace, scale=scale, port=port, root=root, url_file=url_file, announce=announce)
+        bootstrap.sim_serve(trace, scale=scale, port=port, root=root, url_file=url_file, announce=announce,
+                            train_step_s=train_step_s)
     except OSError as exc:
         raise UserError(f"cannot serve on 127.0.0.1:{port}: {exc.strerror}. Fix: pick another --port") from None
     except KeyboardInterrupt:

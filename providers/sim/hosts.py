@@ -29,9 +29,11 @@ PROJECT_ROOT = Path(__file__).resolve().parents[2]
 class SshdHostRuntime:
     """Starts an sshd when a sim host becomes reachable and stops it when it is not."""
 
-    def __init__(self, root: Path, *, clock_info: dict[str, float] | None = None) -> None:
+    def __init__(self, root: Path, *, clock_info: dict[str, float] | None = None,
+                 train_step_s: float | None = None) -> None:
         self.root = Path(root)
         self.clock_info = clock_info
+        self.train_step_s = train_step_s
         self._sshd: dict[str, Sshd] = {}
         self._lock = threading.Lock()
 
@@ -53,6 +55,7 @@ class SshdHostRuntime:
                 machine_id=host.machine_id,
                 created_at_s=created_at_s,
                 clock=self.clock_info,
+                train_step_s=self.train_step_s,
             )
             truth_path.write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
             env = {

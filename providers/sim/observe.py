@@ -65,8 +65,13 @@ def truth_file(
     machine_id: str,
     created_at_s: float,
     clock: dict[str, float] | None = None,
+    train_step_s: float | None = None,
 ) -> dict[str, Any]:
-    """The truth JSON written into a sim host's sandbox (TUNEHARNESS_SIM_TRUTH)."""
+    """The truth JSON written into a sim host's sandbox (TUNEHARNESS_SIM_TRUTH).
+
+    `train_step_s`: simulated seconds one training step takes on this host at full speed (its
+    `tflops_factor` slows it); None leaves the trainer at its own pace.
+    """
     return {
         "format": "tuneharness-sim-truth/1",
         "instance_id": instance_id,
@@ -82,6 +87,7 @@ def truth_file(
         "hangs_at_epoch_s": None if truth.hangs_at_s is None else created_at_s + truth.hangs_at_s,
         "created_at_s": created_at_s,
         "clock": clock,
+        "train_step_s": train_step_s,
     }
 
 

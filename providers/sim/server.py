@@ -7,7 +7,8 @@ nobody polls): a scheduler thread sleeps until the next due transition.
 
 API (JSON): GET /v1/health; POST /v1/offers/search; POST /v1/instances; GET /v1/instances
 [?label_prefix=]; GET|DELETE /v1/instances/{id}; POST /v1/instances/{id}/stop|start;
-referee only (never for policy code): GET /v1/referee/bills, GET /v1/referee/truth/{id}.
+referee only (never for policy code): GET /v1/referee/bills, GET /v1/referee/truth/{id},
+POST /v1/referee/receipt (the campaign receipt of what the control plane reports it did).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from app.market import MarketError, OfferGone, ProviderError
+from providers.sim.campaign.referee import referee_receipt
 from providers.sim.clock import ScaledClock
 from providers.sim.hosts import SshdHostRuntime
 from providers.sim.market import SimMarket
@@ -49,12 +51,13 @@ class SimServer:
         port: int = 0,
         root: Path | None = None,
         clock: ScaledClock | None = None,
+        train_step_s: float | None = None,
     ) -> None:
         self.trace = trace
         self.clock = clock or ScaledClock.starting_now(scale)
         self._own_root = root is None
         self.root = Path(root) if root is not None else Path(tempfile.mkdtemp(prefix="tuneharness-sim-"))
-        self.runtime = SshdHostRuntime(self.root / "hosts", clock_info=self.clock.to_dict())
+        self.runtime = SshdHostRuntime(self.root / "hosts", clock_info=self.clock.to_dict(), train_step_s=train_step_s)
         self._wake = threading.Event()
         self._stopping = threading.Event()
         self.market = SimMarket(trace, self.clock, runtime=self.runtime, on_change=self._wake.set)
@@ -187,6 +190,8 @@ def _handler_for(server: SimServer) -> type[BaseHTTPRequestHandler]:
                 self._send(200, {"bills": [b.to_dict() for b in market.referee.bills()]})
             elif method == "GET" and len(rest) == 3 and rest[:2] == ["referee", "truth"]:
                 self._send(200, market.referee.truth_of(rest[2]).to_dict())
+            elif method == "POST" and rest == ["referee", "receipt"]:
+                self._send(200, referee_receipt(market.referee, self._body()))
             else:
                 raise KeyError(f"{method} {self.path}")
 

@@ -212,8 +212,11 @@ class StepEffects:
         svc = self.svc
         rental = svc.rental_of(act.instance_id)
         if rental is not None:
+            # `verdict`: the policy's own failure verdict (a release's destroy has none; receipts
+            # count a healthy host destroyed on a verdict as a good host destroyed)
             svc.rentals.destroy(rental.id, market=svc.market_for(rental.provider), by="automation",
-                                reason=act.reason, now=svc.clock.now(), evidence={"evidence": act.evidence})
+                                reason=act.reason, now=svc.clock.now(),
+                                evidence={"evidence": act.evidence, "verdict": act.reason})
             svc.pool.off_risk(rental.provider, act.instance_id, lost=act.reason in LOSSES, now=svc.clock.now())
 
     def stop(self, job: JobState, act: Stop) -> None:

@@ -10,7 +10,7 @@ played by `SimTrainer`, and the supervisor's own judgement (`assess`, triage of 
 policy believed.
 
 The campaign keeps one standby pool for all its jobs (production keeps one per job that asks for
-it); its periodic checks run every `CHECK_S` virtual seconds.
+it); its sweeps run at beat's periods (`beat_schedule.py`) in virtual seconds.
 
 No Celery import: the simulator runs in the CLI's process.
 """
@@ -93,6 +93,7 @@ from app.policy.reputation import (
 from app.policy.retry import HeldHost
 from app.policy.supervision import HostProbe, SupervisorConfig, assess, route_triage, stop_job
 from app.triage.rules import classify
+from beat_schedule import period_s
 from providers.sim.campaign.referee import TrainerSpan, receipt
 from providers.sim.campaign.trainer import CUDA_ERROR, OOM_ERROR, OOM_S, TRAINER_CRASH_S, SimTrainer
 from providers.sim.clock import VirtualClock
@@ -108,7 +109,10 @@ POLICIES: dict[str, Callable[[], ProvisioningConfig]] = {
 }
 PREFLIGHT_S = 15.0  # SSH connect, torch import, warm-up and the ~10 s timed matmul
 MAX_SIM_S = 30 * 24 * 3600.0
-CHECK_S = 30.0  # the budget monitor's and the held hosts' check period
+# The sweeps run at beat's periods, as in production: the budget monitor, and the held hosts'
+# sweep (a hold that ended, or whose instance went away, is dealt with there).
+BUDGET_CHECK_S = period_s("budget-monitor")
+HOLDS_CHECK_S = period_s("held-hosts")
 POOL = "campaign"  # the one standby pool's owner
 
 
@@ -243,8 +247,6 @@ class Campaign:
                 owner = self._job_of_instance(iid)
                 if owner is not None and self.jobs[owner].phase in ("booting", "preflight", "training"):
                     self._feed(owner, FailureSeen(reason, evidence))
-            elif kind == "hold_expired":
-                self._hold_expired(payload)
             self._top_up_standby()
         for job_id in self.real_jobs:
             job = self.jobs[job_id]
@@ -386,21 +388,15 @@ class Campaign:
         live = self.live.get(h.instance_id)
         return HeldLook(h, held_work=live is not None and live.trained, state=state)
 
-    def _hold_expired(self, iid: str) -> None:
-        h = self.held.get(iid)
-        if h is None or h.hold_until > self.clock.now() + 1e-9:
-            return  # adopted, dropped, or renewed since
-        tend(self, [judge_held(self._look(h, state=None), now=self.clock.now(), cfg=self.cfg,
-                               missing_besides=self._missing(besides=h))])
-
     def _check_pool(self) -> None:
-        """Look at the held hosts: one that vanished while it waited is dropped and recorded."""
+        """The held hosts' sweep: a hold that ended is renewed or released, a host that vanished
+        while it waited is dropped and recorded (app.policy.fleet.judge_held)."""
         now = self.clock.now()
         looks = [self._look(h, state=self.market.status(h.instance_id).state) for h in list(self.held.values())]
         tend(self, [judge_held(look, now=now, cfg=self.cfg, missing_besides=self._missing(besides=look.host))
                     for look in looks])
         if self.held:
-            self._push(now + CHECK_S, "pool_check", "")
+            self._push(now + HOLDS_CHECK_S, "pool_check", "")
 
     # -- HoldEffects ---------------------------------------------------------------------------
     def release(self, act: Release) -> None:
@@ -423,7 +419,6 @@ class Campaign:
         self.held[h.instance_id] = h
         if h.standby:
             self.standby_spans.setdefault(h.instance_id, (now, None))
-        self._push(h.hold_until, "hold_expired", "", h.instance_id)
         self._log("hold_renewed", instance=h.instance_id, machine=h.machine_id, until_s=h.hold_until - self.t0,
                   reason=act.reason)
 
@@ -449,7 +444,7 @@ class Campaign:
                 if bill.instance_id in self.live or bill.instance_id in self.held:
                     burn_per_s += offer.dph / 3600.0
         if budget_verdict(spent_usd=spent, burn_usd_per_s=burn_per_s, cap_usd=self.budget_usd, cfg=self.cfg) != "stop":
-            self._push(now + CHECK_S, "budget_check", "")
+            self._push(now + BUDGET_CHECK_S, "budget_check", "")
             return
         self.budget_stopped = True
         cap = f"campaign budget ${self.budget_usd:.2f}"
@@ -690,14 +685,13 @@ class Campaign:
             return
         host = hold_terms(act.host, now=now, cfg=self.cfg, missing=self._missing())
         if not self.held:
-            self._push(now + CHECK_S, "pool_check", "")
+            self._push(now + HOLDS_CHECK_S, "pool_check", "")
         self.held[host.instance_id] = host
         self._at_risk(host.instance_id)
         live = self.live.get(host.instance_id)
         if live is not None:  # what the hold may still bill
             live.reserved_usd = self.referee.bill(host.instance_id).total_usd + act.host.dph_total * min(
                 act.host.hold_until - now, 3600.0) / 3600.0
-        self._push(host.hold_until, "hold_expired", act.job_id, host.instance_id)
         self._log("held", job=act.job_id, instance=host.instance_id, until_s=host.hold_until - self.t0,
                   standby=host.standby)
         self._offer_to_recoveries()

@@ -16,7 +16,7 @@ from app.policy.gpus import same_gpu
 from providers.sim.market import SimReferee
 from providers.sim.trace import HostTruth
 
-__all__ = ["RECEIPT_FIELDS", "TrainerSpan", "is_dead_host", "p90", "receipt"]
+__all__ = ["RECEIPT_FIELDS", "TrainerSpan", "is_dead_host", "p90", "receipt", "referee_receipt"]
 
 RECEIPT_FIELDS = (
     "policy", "trace", "creates", "dead_hosts", "dead_host_cost_usd", "dead_host_mean_lifetime_s",
@@ -112,3 +112,20 @@ def receipt(
         "unfinished_jobs": [{"job": j, "reason": unfinished[j]} for j in real_jobs if j in unfinished],
     }
     return out
+
+
+def referee_receipt(referee: SimReferee, facts: Mapping[str, Any]) -> dict[str, Any]:
+    """`receipt` from what a real-time control plane reports it did (`sim serve`'s
+    POST /v1/referee/receipt): the marketplace's referee prices it, as in the campaign simulator."""
+    spans = facts.get("standby_spans") or {}
+    return receipt(
+        referee, end=float(facts["end"]), t0=float(facts["t0"]), policy=str(facts.get("policy", "guarded")),
+        trace=str(facts.get("trace", "")), destroyed_on_failure=[str(i) for i in facts.get("destroyed_on_failure", [])],
+        trainers=[TrainerSpan(float(t), float(i)) for t, i in facts.get("trainers", [])],
+        recoveries=list(facts.get("recoveries", [])), finished=int(facts.get("finished", 0)),
+        unfinished={str(k): str(v) for k, v in (facts.get("unfinished") or {}).items()},
+        real_jobs=[str(j) for j in facts.get("real_jobs", [])],
+        budget_usd=None if facts.get("budget_usd") is None else float(facts["budget_usd"]),
+        standby_hosts=int(facts.get("standby_hosts", 0)),
+        standby_spans={str(k): (float(v[0]), None if v[1] is None else float(v[1])) for k, v in spans.items()},
+    )

@@ -13,7 +13,7 @@ from app.alerts import webhook_config_from_env
 from app.errors import SettingsError
 from app.policy.guardrails import IDLE_GRACE_S
 from app.policy.supervision import SupervisorConfig
-from app.settings import load_settings, seconds_setting
+from app.settings import load_settings, seconds_setting, sim_scale
 from app.settings_catalogue import INTERNAL, SETTINGS, main, render_markdown
 from app.triage.llm import LlmConfig
 from providers import runpod, vast
@@ -102,6 +102,7 @@ def _defaults_from_code(tmp_path: Path) -> dict[str, Callable[[], object]]:
         "TUNEHARNESS_LLM_DAILY_CAP_USD": lambda: f"{llm.daily_cap_usd:.1f}",
         "TUNEHARNESS_LLM_TIMEOUT_S": lambda: f"{llm.timeout_s:g}",
         "TUNEHARNESS_ROLE": lambda: serving_refusal({}) is None or Path("/etc/tuneharness/serving").exists(),
+        "TUNEHARNESS_SIM_SCALE": lambda: f"{sim_scale({}):g}",
         "TUNEHARNESS_SERVING_MARKER": lambda: serving_refusal({}) is None
         or Path("/etc/tuneharness/serving").exists(),
     }

@@ -6,6 +6,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from trainer.simhost import SIM_TRUTH_ENV, SimHang, load_hang
 from trainer.stack import deferred_compile
 
@@ -61,3 +63,31 @@ def test_deferred_compile_compiles_once_on_first_call_with_the_same_arguments() 
     assert plain(1) == ("compiled", 2)
     assert [kw for _, kw in calls] == [{"dynamic": False}, {}]
     assert double.__name__ == "double"
+
+
+def test_a_simulated_hosts_pace_comes_from_its_truth(tmp_path: Path) -> None:
+    """train_step_s / tflops_factor simulated seconds a step, read through the scaled clock; none without it."""
+    import json
+
+    from trainer.simhost import load_pace
+
+    truth = tmp_path / "truth.json"
+    truth.write_text(json.dumps({"train_step_s": 3.0, "tflops_factor": 0.5, "clock": {"scale": 10.0, "epoch_s": 0}}))
+    pace = load_pace({"TUNEHARNESS_SIM_TRUTH": str(truth)})
+    assert pace is not None and (pace.step_s, pace.factor, pace.scale) == (3.0, 0.5, 10.0)
+    truth.write_text(json.dumps({"train_step_s": None}))
+    assert load_pace({"TUNEHARNESS_SIM_TRUTH": str(truth)}) is None
+    assert load_pace({}) is None
+
+
+def test_the_pace_waits_out_what_the_cpu_did_faster(monkeypatch: Any) -> None:
+    """After n steps the trainer sleeps until n x step_s / factor simulated seconds have passed."""
+    import time as _time
+
+    from trainer.simhost import SimPace
+
+    slept: list[float] = []
+    monkeypatch.setattr(_time, "time", lambda: 100.0)
+    monkeypatch.setattr(_time, "sleep", lambda s: slept.append(s))
+    SimPace(step_s=3.0, factor=0.5, scale=10.0).wait(steps=2, since_wall=99.0)
+    assert slept == [pytest.approx(0.2)]  # 2 steps x 6 simulated s = 12 s = 1.2 wall s, 1 already passed
