@@ -108,6 +108,7 @@ POLICIES: dict[str, Callable[[], ProvisioningConfig]] = {
     "oracle": oracle_config,
 }
 PREFLIGHT_S = 15.0  # SSH connect, torch import, warm-up and the ~10 s timed matmul
+PREFLIGHT_NO_CUDA_S = 5.0  # SSH connect, torch import, and CUDA's init failing at once: no matmul
 MAX_SIM_S = 30 * 24 * 3600.0
 # The sweeps run at beat's periods, as in production: the budget monitor, and the held hosts'
 # sweep (a hold that ended, or whose instance went away, is dealt with there).
@@ -273,7 +274,7 @@ class Campaign:
             gone = tr.dies_at if tr.dies_at is not None else math.inf
             assigned_until = min(self.trainer_stops.get(id(tr), end), gone, tr.finish_at())
             trained = tr.training_seconds(assigned_until)
-            out.append(TrainerSpan(trained, max(0.0, assigned_until - tr.started_at - trained)))
+            out.append(TrainerSpan(trained, max(0.0, assigned_until - tr.training_from - trained)))
         return out
 
     # -- the standby pool and held hosts (decided by app.policy.fleet) -----------------------
@@ -670,7 +671,8 @@ class Campaign:
             if raw is None
             else PreflightResult(PreflightReport.from_mapping(raw))
         )
-        self._push(self.clock.now() + PREFLIGHT_S, "preflight", act.job_id, (act.instance_id, res), prio=0)
+        took = PREFLIGHT_NO_CUDA_S if raw is not None and not raw.get("cuda_initialised") else PREFLIGHT_S
+        self._push(self.clock.now() + took, "preflight", act.job_id, (act.instance_id, res), prio=0)
 
     def start_training(self, job: JobState, act: StartTraining) -> None:
         live = self.live.get(act.instance_id)

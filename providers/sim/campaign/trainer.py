@@ -18,8 +18,13 @@ from dataclasses import dataclass
 
 from app.policy.supervision import TrainerExit
 
-__all__ = ["CUDA_ERROR", "HEARTBEAT_S", "OOM_ERROR", "OOM_S", "TRAINER_CRASH_S", "SimTrainer", "TrainerView"]
+__all__ = ["CUDA_ERROR", "HEARTBEAT_S", "OOM_ERROR", "OOM_S", "TRAINER_CRASH_S", "TRAINER_START_S", "SimTrainer",
+           "TrainerView"]
 
+# A trainer's start on a host before its first step: the interpreter, torch, transformers, peft,
+# loading (and quantizing) the base model. The H200 runs measured 13-17 s for a 0.36 B model
+# (docs/benchmarks.md); a few-billion-parameter model's load takes longer.
+TRAINER_START_S = 30.0
 TRAINER_CRASH_S = 30.0  # a trainer that cannot compute dies this long after it starts
 OOM_S = 90.0  # a host with less VRAM than it claimed runs out of memory this long after start
 HEARTBEAT_S = 10.0  # status.json rewrite period
@@ -53,6 +58,12 @@ class SimTrainer:
     fail_error: str | None
     hangs_at: float | None
     dies_at: float | None
+    start_s: float = TRAINER_START_S  # from the process's start to its first step
+
+    @property
+    def training_from(self) -> float:
+        """When the first step begins."""
+        return self.started_at + self.start_s
 
     def _stall_at(self) -> float:
         times = [t for t in (self.fails_at, self.hangs_at, self.dies_at) if t is not None]
@@ -60,19 +71,19 @@ class SimTrainer:
 
     def finish_at(self) -> float:
         need = max(self.train_s - self.resume_work_s, 0.0)
-        t = self.started_at + need / self.speed if self.speed > 0 else math.inf
+        t = self.training_from + need / self.speed if self.speed > 0 else math.inf
         return t if t <= self._stall_at() else math.inf
 
     def work_at(self, t: float) -> float:
         if t >= self.finish_at():
             return self.train_s
         until = min(t, self._stall_at(), self.finish_at())
-        return min(self.train_s, self.resume_work_s + max(0.0, until - self.started_at) * self.speed)
+        return min(self.train_s, self.resume_work_s + max(0.0, until - self.training_from) * self.speed)
 
     def training_seconds(self, until: float) -> float:
         """Wall seconds the GPU actually trained until `until`."""
         end = min(until, self._stall_at(), self.finish_at())
-        return max(0.0, end - self.started_at)
+        return max(0.0, end - self.training_from)
 
     def checkpoint_at(self, t: float) -> float:
         w = self.work_at(t)
