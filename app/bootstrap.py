@@ -197,6 +197,7 @@ def sim_serve(
     url_file: str | None = None,
     announce: Callable[[str], None] | None = None,
     train_step_s: float | None = None,
+    train_start_s: float | None = None,
 ) -> None:
     """Run the shared simulated marketplace (`tuneharness sim serve`) until interrupted."""
     import signal
@@ -207,7 +208,7 @@ def sim_serve(
     from providers.sim.trace import load_trace
 
     server = SimServer(load_trace(trace), scale=scale, port=port, root=Path(root) if root else None,
-                       train_step_s=train_step_s)
+                       train_step_s=train_step_s, train_start_s=train_start_s)
     if threading.current_thread() is threading.main_thread():
         # SIGTERM ends the server cleanly too: its sshd daemons must not outlive it
         signal.signal(signal.SIGTERM, lambda *_: server.request_stop())
@@ -232,6 +233,15 @@ def sim_campaign(
     from providers.sim.campaign import run_campaign_file
 
     return run_campaign_file(trace, policy=policy, jobs=jobs, seed=seed, standby_hosts=standby_hosts).receipt
+
+
+def sim_campaign_realtime(
+    trace: str, *, jobs: int | None = None, scale: float = 3.0, progress: Callable[[str], None] | None = None
+) -> dict[str, Any]:
+    """Run a campaign through the real-time fleet in scaled time (`sim campaign --driver celery`)."""
+    from providers.sim.campaign.realtime import run_campaign_realtime
+
+    return run_campaign_realtime(trace, jobs=jobs, scale=scale, progress=progress).receipt
 
 
 def triage_chain(*, with_specialist: bool = True, with_llm: bool = True) -> TriageChain:

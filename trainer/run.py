@@ -86,6 +86,7 @@ class _Run:
         self.log = log
         self.status = status
         self.started = started
+        self.wall_started = time.time() - (time.monotonic() - started)
         self.max_seconds = max_seconds
         self.slice_steps = slice_steps
         self.root = spec.job_dir / "checkpoints"
@@ -190,6 +191,8 @@ class _Run:
         self.status.update(phase="training", step=self.step, last_checkpoint_step=self.last_checkpoint_step)
         window_t, window_tokens, window_samples = time.perf_counter(), 0, 0
         first_step = self.step
+        if self.pace is not None:  # a simulated host starts up in the time the marketplace says
+            self.pace.wait_start(since_wall=self.wall_started)
         paced_since = time.time()
         while self.step < spec.max_steps:
             if self.hang is not None and self.hang.hung():

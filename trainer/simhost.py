@@ -73,14 +73,22 @@ def hang_forever() -> None:
 
 @dataclass(frozen=True, slots=True)
 class SimPace:
-    """How fast this simulated host trains: `step_s` simulated seconds per step at full speed,
-    divided by its `tflops_factor`; `scale` converts simulated seconds to wall seconds. The CPU
+    """How fast this simulated host trains: `start_s` simulated seconds to start (imports, loading
+    the model), then `step_s` simulated seconds per step at full speed, divided by its
+    `tflops_factor`; `scale` converts simulated seconds to wall seconds. The CPU
     trains far faster than a step's simulated time, so the trainer waits out the rest: a job then
     takes, in simulated time, what the trace says it takes on that card."""
 
     step_s: float
     factor: float = 1.0
     scale: float = 1.0
+    start_s: float = 0.0  # simulated seconds from the process's start to its first step
+
+    def wait_start(self, *, since_wall: float) -> None:
+        """Sleep until the host's start-up (imports, loading the model) has taken `start_s`."""
+        left = since_wall + self.start_s / self.scale - time.time()
+        if left > 0:
+            time.sleep(left)
 
     def wait(self, *, steps: int, since_wall: float) -> None:
         """Sleep until `steps` steps' worth of simulated time has passed since `since_wall`."""
@@ -108,6 +116,7 @@ def load_pace(env: Mapping[str, str] | None = None) -> SimPace | None:
         factor = float(truth.get("tflops_factor") or 1.0)
         if not (step_s > 0 and scale > 0 and factor > 0):
             return None
-        return SimPace(step_s=float(step_s), factor=factor, scale=scale)
+        start_s = float(truth.get("train_start_s") or 0.0)
+        return SimPace(step_s=float(step_s), factor=factor, scale=scale, start_s=max(0.0, start_s))
     except (OSError, ValueError, TypeError, AttributeError):
         return None

@@ -22,6 +22,9 @@ def serve(
     train_step_s: float | None = typer.Option(
         None, "--train-step-s", help="simulated seconds a training step takes on a host at full speed "
         "(its tflops_factor slows it); default: the trainer's own pace"),
+    train_start_s: float | None = typer.Option(
+        None, "--train-start-s", help="with --train-step-s: simulated seconds a trainer takes to start "
+        "(imports, loading the model) before its first step"),
 ) -> None:
     """Serve a simulated marketplace on 127.0.0.1; every running host answers over real SSH."""
     from app import bootstrap
@@ -33,13 +36,15 @@ def serve(
         raise UserError(f"--port {port} is out of range. Fix: pass 0 or a port from 1 to 65535")
     if train_step_s is not None and not (0 < train_step_s < float("inf")):
         raise UserError(f"--train-step-s must be a positive number of seconds, got {train_step_s}. Fix: e.g. 3")
+    if train_start_s is not None and not (0 <= train_start_s < float("inf")):
+        raise UserError(f"--train-start-s must be 0 or more seconds, got {train_start_s}. Fix: e.g. 30")
 
     def announce(url: str) -> None:
         typer.echo(f"sim market on {url} (trace {trace}, {scale:g}x); export TUNEHARNESS_SIM_URL={url}")
 
     try:
         bootstrap.sim_serve(trace, scale=scale, port=port, root=root, url_file=url_file, announce=announce,
-                            train_step_s=train_step_s)
+                            train_step_s=train_step_s, train_start_s=train_start_s)
     except OSError as exc:
         raise UserError(f"cannot serve on 127.0.0.1:{port}: {exc.strerror}. Fix: pick another --port") from None
     except KeyboardInterrupt:
@@ -54,8 +59,17 @@ def campaign(
     seed: int = typer.Option(0, "--seed", help="seed for the policy's jitter"),
     as_json: bool = typer.Option(False, "--json", help="print the receipt as one JSON object"),
     standby_hosts: int = typer.Option(0, "--standby-hosts", help="verified hosts kept waiting for recoveries"),
+    driver: str = typer.Option(
+        "virtual", "--driver", help="virtual: the campaign simulator, in virtual time (seconds); celery: the "
+        "same trace through the real-time fleet (Redis, a Celery worker and beat, sim serve with real sshd "
+        "hosts, the real trainer on the CPU), in scaled time (minutes)"),
+    scale: float = typer.Option(3.0, "--scale", help="with --driver celery: simulated seconds per wall second"),
 ) -> None:
-    """Replay a whole campaign in virtual time; the receipt comes from the simulator's billing and truth."""
+    """Replay a whole campaign; the receipt comes from the simulator's billing and truth.
+
+    --driver virtual (the default) replays it in virtual time through the campaign simulator;
+    --driver celery runs it through the fleet production runs, in scaled time, and prints the same
+    receipt, so both drivers can be compared (docs/simulation.md)."""
     import json
 
     from app import bootstrap
@@ -67,7 +81,16 @@ def campaign(
         raise UserError(f"--jobs must be at least 1, got {jobs}. Fix: pass a positive number")
     if standby_hosts < 0:
         raise UserError(f"--standby-hosts must be 0 or more, got {standby_hosts}. Fix: pass 0, 1, 2, ...")
-    receipt = bootstrap.sim_campaign(trace, policy=policy, jobs=jobs, seed=seed, standby_hosts=standby_hosts)
+    if driver not in ("virtual", "celery"):
+        raise UserError(f"--driver {driver!r} is not a driver. Fix: pass virtual or celery")
+    if driver == "celery":
+        if policy != "guarded" or standby_hosts:
+            raise UserError("--driver celery runs what production runs: the guarded policy, with the job files' "
+                            "standby pools. Fix: drop --policy and --standby-hosts, or use --driver virtual")
+        receipt = bootstrap.sim_campaign_realtime(trace, jobs=jobs, scale=scale,
+                                                  progress=None if as_json else lambda m: typer.echo(m, err=True))
+    else:
+        receipt = bootstrap.sim_campaign(trace, policy=policy, jobs=jobs, seed=seed, standby_hosts=standby_hosts)
     if as_json:
         typer.echo(json.dumps(receipt))
         return

@@ -30,10 +30,11 @@ class SshdHostRuntime:
     """Starts an sshd when a sim host becomes reachable and stops it when it is not."""
 
     def __init__(self, root: Path, *, clock_info: dict[str, float] | None = None,
-                 train_step_s: float | None = None) -> None:
+                 train_step_s: float | None = None, train_start_s: float | None = None) -> None:
         self.root = Path(root)
         self.clock_info = clock_info
         self.train_step_s = train_step_s
+        self.train_start_s = train_start_s
         self._sshd: dict[str, Sshd] = {}
         self._lock = threading.Lock()
 
@@ -56,6 +57,7 @@ class SshdHostRuntime:
                 created_at_s=created_at_s,
                 clock=self.clock_info,
                 train_step_s=self.train_step_s,
+                train_start_s=self.train_start_s,
             )
             truth_path.write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
             env = {

@@ -5,6 +5,8 @@
 
 `smoke`: four hosts: a frozen pull, a fatal pull, a stale driver, a healthy host (the duds are
 the cheapest, so a cheapest-first renter meets all three before the healthy one).
+`proof`: two jobs meet a frozen pull, a stale driver and a host that vanishes mid-training: small
+enough to run through the real-time fleet too (`sim campaign --driver celery`).
 `marketplace`: 100 hosts shaped like 18 measured days: 62 never deliver a working GPU.
 `adversarial`: the duds are the cheapest offers and carry perfect reliability scores.
 `recovery`: hosts that vanish during training (`dies_at_s` after the pull), among marketplace duds.
@@ -86,6 +88,34 @@ def smoke() -> dict[str, Any]:
              "offer": offer(0.12), "truth": {"pull_mbps": 400, "status_every_s": 10, "computes": False}},
             {"machine_id": "m-good", "note": "healthy",
              "offer": offer(0.14), "truth": {"pull_mbps": 400, "status_every_s": 10}},
+        ],
+    }
+
+
+def proof() -> dict[str, Any]:
+    """Two jobs meet a frozen pull, a stale driver and a healthy host that vanishes mid-training:
+    small enough to run through the real-time fleet in a few minutes, so that both drivers'
+    receipts can be compared (`sim campaign --driver celery`)."""
+    def offer(dph: float) -> dict[str, Any]:
+        return {"gpu_name": "RTX 3090", "num_gpus": 1, "gpu_ram_gb": 24, "dph": dph,
+                "storage_per_gb_month": 0.15, "inet_down_per_gb": 0.0, "inet_down_mbps": 800,
+                "reliability": 0.995, "cuda_max": "12.4"}
+    truth = {"pull_mbps": 400, "status_every_s": 10}
+    return {
+        "format": TRACE_FORMAT,
+        "name": "proof",
+        "description": "two jobs; a frozen pull, a stale driver, a host that vanishes mid-training; healthy hosts after",
+        "workload": {"jobs": 2, "image_gb": 2, "model_gb": 1, "train_seconds": 240,
+                     "checkpoint_every_s": 60, "disk_gb": 20, "budget_usd": 5.0},
+        "hosts": [
+            {"machine_id": "m-frozen", "note": "status line freezes mid-pull at 25 s",
+             "offer": offer(0.10), "truth": {**truth, "freeze_at_s": 25}},
+            {"machine_id": "m-stale", "note": "boots, nvidia-smi fine, any CUDA op fails",
+             "offer": offer(0.11), "truth": {**truth, "computes": False}},
+            {"machine_id": "m-vanish", "note": "healthy, vanishes 150 s after its pull",
+             "offer": offer(0.12), "truth": {**truth, "dies_at_s": 210}},
+            *({"machine_id": f"m-good-{i}", "note": "healthy", "offer": offer(round(0.13 + 0.01 * i, 2)),
+               "truth": dict(truth)} for i in range(1, 9)),
         ],
     }
 
@@ -261,7 +291,7 @@ def hangs(seed: int = 2) -> dict[str, Any]:
                     seed=seed, duds=duds, goods=goods, workload=workload)
 
 
-TRACES = {"smoke": smoke, "marketplace": marketplace, "adversarial": adversarial, "recovery": recovery, "hangs": hangs}
+TRACES = {"smoke": smoke, "proof": proof, "marketplace": marketplace, "adversarial": adversarial, "recovery": recovery, "hangs": hangs}
 
 
 def main(argv: list[str] | None = None) -> int:

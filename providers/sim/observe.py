@@ -66,11 +66,13 @@ def truth_file(
     created_at_s: float,
     clock: dict[str, float] | None = None,
     train_step_s: float | None = None,
+    train_start_s: float | None = None,
 ) -> dict[str, Any]:
     """The truth JSON written into a sim host's sandbox (TUNEHARNESS_SIM_TRUTH).
 
     `train_step_s`: simulated seconds one training step takes on this host at full speed (its
-    `tflops_factor` slows it); None leaves the trainer at its own pace.
+    `tflops_factor` slows it), after `train_start_s` to start up; None leaves the trainer at its
+    own pace.
     """
     return {
         "format": "tuneharness-sim-truth/1",
@@ -88,6 +90,7 @@ def truth_file(
         "created_at_s": created_at_s,
         "clock": clock,
         "train_step_s": train_step_s,
+        "train_start_s": train_start_s,
     }
 
 
