@@ -100,7 +100,8 @@ def wrap_for_training(loaded: LoadedModel, *, r: int, alpha: float, dropout: flo
             warnings.simplefilter("ignore", FutureWarning)
             model = prepare_model_for_kbit_training(model, use_gradient_checkpointing=False)
     config = LoraConfig(
-        r=r, lora_alpha=alpha, lora_dropout=dropout, target_modules=list(target_modules),
+        # peft annotates lora_alpha as int; it is a float scale (alpha / r) and takes one as given
+        r=r, lora_alpha=alpha, lora_dropout=dropout, target_modules=list(target_modules),  # type: ignore[arg-type]
         task_type="SEQ_CLS" if loaded.task == "classification" else "CAUSAL_LM",
     )
     with warnings.catch_warnings():

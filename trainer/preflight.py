@@ -132,7 +132,7 @@ def _time_matmul(a: Any, b: Any, *, max_seconds: float) -> float:
             iters *= 2
             continue
         if previous is not None and abs(tflops - previous) <= 0.03 * max(tflops, previous):
-            return max(tflops, previous)
+            return float(max(tflops, previous))
         previous = tflops
     return best
 

@@ -120,8 +120,10 @@ class _Run:
         self.labels = label_set(rows) if spec.task == "classification" else None
         self.root.mkdir(parents=True, exist_ok=True)
         ckpt.clean_stale(self.root)
-        latest = ckpt.find_latest(self.root, on_skip=lambda c, why: self.log.event(
-            "checkpoint_skipped", step=c.step, reason=why))
+        def skipped(c: ckpt.Checkpoint, why: str) -> None:
+            self.log.event("checkpoint_skipped", step=c.step, reason=why)
+
+        latest = ckpt.find_latest(self.root, on_skip=skipped)
         if latest is not None:
             self._check_shape(latest)
         self.loaded: LoadedModel = load_base(spec.resolve(spec.base_model), task=spec.task,
@@ -300,7 +302,8 @@ class _Run:
         self.push(spec.job_dir / "adapter", "adapter")
         result = self.evaluate() if spec.eval_file else None
         if result is not None:
-            self.log.event("eval", step=self.step, **result)
+            metrics: dict[str, Any] = dict(result)
+            self.log.event("eval", step=self.step, **metrics)
         self.log.event("finished", step=self.step, max_steps=spec.max_steps, elapsed_s=round(self.elapsed_s(), 3))
         self.status.update(phase="finished", step=self.step, eval=result, exit_code=EXIT_FINISHED)
 

@@ -55,7 +55,7 @@ def _import_bitsandbytes() -> None:
     import torch
 
     real = torch.compile
-    torch.compile = deferred_compile(real)  # type: ignore[assignment]
+    torch.compile = deferred_compile(real)
     try:
         import bitsandbytes  # noqa: F401
     finally:
