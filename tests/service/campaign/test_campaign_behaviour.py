@@ -9,8 +9,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from providers.sim.trace import parse_trace
 from providers.sim.campaign import run_campaign
+from providers.sim.trace import parse_trace
 
 ROOT = Path(__file__).resolve().parents[3]
 

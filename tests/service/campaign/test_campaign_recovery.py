@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
+from providers.sim.campaign import Campaign, CampaignResult, run_campaign
 from providers.sim.make_traces import hangs, marketplace, recovery
 from providers.sim.trace import Trace, load_trace, parse_trace
-from providers.sim.campaign import Campaign, CampaignResult, run_campaign
 
 RECOVERY_KEYS = {"job", "machine_id", "cause", "lost_at_s", "resumed_at_s"}
 WATCHDOG_GRACE_S = 30 * 60.0  # the idle watchdog's grace period

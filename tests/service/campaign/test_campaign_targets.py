@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from providers.sim.campaign import run_campaign
 from providers.sim.make_traces import adversarial, marketplace
 from providers.sim.trace import Trace, load_trace, parse_trace
-from providers.sim.campaign import run_campaign
 
 RECEIPT_KEYS = [
     "policy", "trace", "creates", "dead_hosts", "dead_host_cost_usd", "dead_host_mean_lifetime_s",
