@@ -1,7 +1,8 @@
 """Through real Celery, Redis, the shared sim marketplace (scaled time) and real SSH: a job with
-`standby_hosts: 1` keeps a verified standby host; when its training host vanishes, the
-supervisor's loss path re-queues it and the recovery adopts the standby host (no create, no
-pull, no preflight for the recovery itself)."""
+`standby_hosts: 1` keeps a verified standby host (its refill hedged: the other chains' verified
+hosts are held too, for any compatible job); when its training host vanishes, the supervisor's
+loss path re-queues it and the recovery adopts a verified held host (no create, no pull, no
+preflight for the recovery itself)."""
 
 from __future__ import annotations
 
@@ -37,10 +38,10 @@ def test_a_recovery_adopts_the_verified_standby_host(th_env: dict[str, str], tmp
 
         assert wait_until(lambda: len(ledger("training_handed_over")) == 2, timeout_s=120, interval_s=1.0), fleet.log()
         second = ledger("training_handed_over")[1]
-        assert second["instance"] == standby["instance_id"]
         adopted = ledger("host_adopted")
-        assert len(adopted) == 1 and adopted[0]["instance"] == standby["instance_id"]
-        assert adopted[0]["payload"]["standby"] is True
+        assert len(adopted) == 1 and adopted[0]["instance"] == second["instance"]
+        # a verified host that was held when the recovery came: the standby host or a hedge of its refill
+        assert second["instance"] in {r["instance"] for r in ledger("host_held") if r["seq"] < adopted[0]["seq"]}
         lost_seq = ledger("host_lost")[0]["seq"]
         # nothing was rented for the recovery itself (only for the standby pool's refill)
         assert all(r["payload"].get("standby_job") for r in ledger("offer_chosen") if r["seq"] > lost_seq)
