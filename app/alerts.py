@@ -178,7 +178,9 @@ def webhook_config_from_env(env: Mapping[str, str]) -> WebhookConfig | None:
     except ValueError:
         timeout_s = -1.0
     if not 0 < timeout_s <= 30:
-        raise SettingsError("TUNEHARNESS_ALERT_TIMEOUT_S", f"{raw_timeout!r} is not a timeout", "use seconds from 0.1 to 30")
+        raise SettingsError(
+            "TUNEHARNESS_ALERT_TIMEOUT_S", f"{raw_timeout!r} is not a timeout", "use seconds from 0.1 to 30"
+        )
     return WebhookConfig(url=url, format=fmt, telegram_chat_id=chat_id, timeout_s=timeout_s)
 
 

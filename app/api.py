@@ -7,7 +7,8 @@
 Submitting only enqueues: the job is written down (with its budget cap, if it has one), a ledger
 event records it, and the provision queue gets its id. A job with a gate is written down with one
 training run per seed (`<job>-seed-<N>`, each with budget_usd / seeds as its cap); the runs go
-on the provision queue, and the job itself waits for their adapters to be judged. The fleet (Celery workers) does the rest.
+on the provision queue, and the job itself waits for their adapters to be judged. The fleet
+(Celery workers) does the rest.
 The broker must be reachable; when it is not, nothing is written and `ServiceUnavailable` says so.
 """
 
@@ -37,15 +38,26 @@ def submit(spec: JobSpec | str | Path) -> str:
         store.add(run_spec, job_id=run_id)
     for jid, s in runs or [(job_id, spec)]:
         if s.budget_usd is not None:
-            bootstrap.budget().set_cap(jid, s.budget_usd, reason=f"job file {spec.source}"
-                                       + (f" (seed run of {job_id})" if s.parent else ""))
-    bootstrap.ledger().append(Event(
-        kind="job_submitted", job=job_id, reason="submit",
-        payload={"name": spec.name, "source": spec.source, "budget_usd": spec.budget_usd,
-                 "gpu": list(spec.needs.gpu), "providers": list(spec.needs.providers),
-                 "runs": [r for r, _ in runs], "seeds": list(spec.seeds)},
-        idempotency_key=f"{job_id}:submitted",
-    ))
+            bootstrap.budget().set_cap(
+                jid, s.budget_usd, reason=f"job file {spec.source}" + (f" (seed run of {job_id})" if s.parent else "")
+            )
+    bootstrap.ledger().append(
+        Event(
+            kind="job_submitted",
+            job=job_id,
+            reason="submit",
+            payload={
+                "name": spec.name,
+                "source": spec.source,
+                "budget_usd": spec.budget_usd,
+                "gpu": list(spec.needs.gpu),
+                "providers": list(spec.needs.providers),
+                "runs": [r for r, _ in runs],
+                "seeds": list(spec.seeds),
+            },
+            idempotency_key=f"{job_id}:submitted",
+        )
+    )
     if not runs:
         bootstrap.enqueue_job(job_id)
         return job_id

@@ -183,7 +183,7 @@ def open_store(url: str, *, s3_endpoint_url: str | None = None, s3_client: Any |
     """`/path`, `file:///path` or `s3://bucket/prefix` -> a store. The S3 client is built here
     (credentials from the usual boto3 chain) unless one is passed."""
     if url.startswith("s3://"):
-        rest = url[len("s3://"):]
+        rest = url[len("s3://") :]
         bucket, _, prefix = rest.partition("/")
         if not bucket:
             raise UserError(f"artifact store URL {url!r} names no bucket. Fix: use s3://BUCKET/PREFIX")
@@ -193,7 +193,7 @@ def open_store(url: str, *, s3_endpoint_url: str | None = None, s3_client: Any |
             s3_client = boto3.client("s3", endpoint_url=s3_endpoint_url)
         return S3ArtifactStore(bucket, prefix=prefix, client=s3_client)
     if url.startswith("file://"):
-        url = url[len("file://"):]
+        url = url[len("file://") :]
     if "://" in url or not url:
         raise UserError(f"artifact store URL {url!r} is not supported. Fix: use a directory path or s3://BUCKET/PREFIX")
     return LocalArtifactStore(Path(url))
@@ -262,8 +262,9 @@ def _job_prefix(job: str) -> str:
     return f"jobs/{_check_key(job)}"
 
 
-def pull_checkpoints(shell: HostShell, remote_job_dir: str, store: ArtifactStore, *, job: str,
-                     staging: Path, newest_only: bool = False) -> PullReport:
+def pull_checkpoints(
+    shell: HostShell, remote_job_dir: str, store: ArtifactStore, *, job: str, staging: Path, newest_only: bool = False
+) -> PullReport:
     """Pull the complete checkpoints of `remote_job_dir` that the store lacks (newest first)."""
     remote_root = f"{remote_job_dir.rstrip('/')}/checkpoints"
     try:
@@ -315,8 +316,7 @@ def pull_adapter(shell: HostShell, remote_job_dir: str, store: ArtifactStore, *,
 def latest_checkpoint(store: ArtifactStore, *, job: str) -> str | None:
     """The newest checkpoint name the store holds completely."""
     prefix = f"{_job_prefix(job)}/checkpoints/"
-    names = {key[len(prefix):].split("/")[0] for key in store.list_keys(prefix)
-             if key.endswith(f"/{MARKER}")}
+    names = {key[len(prefix) :].split("/")[0] for key in store.list_keys(prefix) if key.endswith(f"/{MARKER}")}
     valid = sorted(n for n in names if _STEP_DIR.match(n))
     return valid[-1] if valid else None
 
@@ -356,12 +356,25 @@ class PushGrant:
     aes_key_b64: str | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {"url": self.url, "fields": dict(self.fields), "key_prefix": self.key_prefix,
-                "aad_prefix": self.aad_prefix, "expires_at": self.expires_at, "aes_key_b64": self.aes_key_b64}
+        return {
+            "url": self.url,
+            "fields": dict(self.fields),
+            "key_prefix": self.key_prefix,
+            "aad_prefix": self.aad_prefix,
+            "expires_at": self.expires_at,
+            "aes_key_b64": self.aes_key_b64,
+        }
 
 
-def grant_push(store: S3ArtifactStore, *, job: str, now: float, expires_s: int = 900,
-               max_object_bytes: int = 5 * 2**30, encrypt: bool = False) -> tuple[PushGrant, bytes | None]:
+def grant_push(
+    store: S3ArtifactStore,
+    *,
+    job: str,
+    now: float,
+    expires_s: int = 900,
+    max_object_bytes: int = 5 * 2**30,
+    encrypt: bool = False,
+) -> tuple[PushGrant, bytes | None]:
     """A presigned POST for `jobs/<job>/` only, valid for `expires_s`; plus the AES key to keep (or None)."""
     import base64
 
@@ -370,13 +383,21 @@ def grant_push(store: S3ArtifactStore, *, job: str, now: float, expires_s: int =
     aad_prefix = f"{_job_prefix(job)}/"
     key_prefix = store._key(aad_prefix.rstrip("/")) + "/"
     post = store.client.generate_presigned_post(
-        Bucket=store.bucket, Key=key_prefix + "${filename}",
+        Bucket=store.bucket,
+        Key=key_prefix + "${filename}",
         Conditions=[["starts-with", "$key", key_prefix], ["content-length-range", 0, max_object_bytes]],
-        ExpiresIn=expires_s)
+        ExpiresIn=expires_s,
+    )
     key = os.urandom(32) if encrypt else None
     fields = {k: str(v) for k, v in post["fields"].items() if k != "key"}
-    grant = PushGrant(url=str(post["url"]), fields=fields, key_prefix=key_prefix, aad_prefix=aad_prefix,
-                      expires_at=now + expires_s, aes_key_b64=base64.b64encode(key).decode() if key else None)
+    grant = PushGrant(
+        url=str(post["url"]),
+        fields=fields,
+        key_prefix=key_prefix,
+        aad_prefix=aad_prefix,
+        expires_at=now + expires_s,
+        aes_key_b64=base64.b64encode(key).decode() if key else None,
+    )
     return grant, key
 
 
@@ -387,9 +408,9 @@ def decrypt_object(data: bytes, *, key: bytes, aad: str) -> bytes:
 
     if not data.startswith(ENCRYPTED_MAGIC) or len(data) < len(ENCRYPTED_MAGIC) + 12 + 16:
         raise ArtifactError(f"{aad} is not an encrypted artifact")
-    nonce = data[len(ENCRYPTED_MAGIC):len(ENCRYPTED_MAGIC) + 12]
+    nonce = data[len(ENCRYPTED_MAGIC) : len(ENCRYPTED_MAGIC) + 12]
     try:
-        return AESGCM(key).decrypt(nonce, data[len(ENCRYPTED_MAGIC) + 12:], aad.encode())
+        return AESGCM(key).decrypt(nonce, data[len(ENCRYPTED_MAGIC) + 12 :], aad.encode())
     except InvalidTag:
         raise ArtifactError(f"{aad} failed authentication (altered, or another key)") from None
 

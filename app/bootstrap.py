@@ -207,8 +207,14 @@ def sim_serve(
     from providers.sim.server import SimServer
     from providers.sim.trace import load_trace
 
-    server = SimServer(load_trace(trace), scale=scale, port=port, root=Path(root) if root else None,
-                       train_step_s=train_step_s, train_start_s=train_start_s)
+    server = SimServer(
+        load_trace(trace),
+        scale=scale,
+        port=port,
+        root=Path(root) if root else None,
+        train_step_s=train_step_s,
+        train_start_s=train_start_s,
+    )
     if threading.current_thread() is threading.main_thread():
         # SIGTERM ends the server cleanly too: its sshd daemons must not outlive it
         signal.signal(signal.SIGTERM, lambda *_: server.request_stop())
@@ -282,9 +288,9 @@ def job_keypair(job_id: str, s: Settings | None = None) -> KeyPair:
 
 
 _PREFLIGHT_COMMAND = (
-    "PY=$(command -v python3 || command -v python); $PY -c \""
+    'PY=$(command -v python3 || command -v python); $PY -c "'
     "import importlib.util, sys; s = importlib.util.spec_from_file_location('p', 'tuneharness_preflight.py'); "
-    "m = importlib.util.module_from_spec(s); s.loader.exec_module(m); sys.exit(m.main_preflight())\""
+    'm = importlib.util.module_from_spec(s); s.loader.exec_module(m); sys.exit(m.main_preflight())"'
 )
 
 
@@ -338,12 +344,16 @@ def provisioning(s: Settings | None = None) -> ProvisioningService:
         rec = jobs(s).get(job_id)
         spec = rec.spec if rec is not None else {}
         needs = spec.get("needs", {})
-        return LaunchSpec(image=str(needs.get("image", "pytorch/pytorch:2.5.1-cuda12.4-cudnn9-runtime")),
-                          disk_gb=float(needs.get("disk_gb", 60.0)), label="",
-                          ssh_public_key=job_keypair(job_id, s).public_key)
+        return LaunchSpec(
+            image=str(needs.get("image", "pytorch/pytorch:2.5.1-cuda12.4-cudnn9-runtime")),
+            disk_gb=float(needs.get("disk_gb", 60.0)),
+            label="",
+            ssh_public_key=job_keypair(job_id, s).public_key,
+        )
 
-    return ProvisioningService(engine(s), market_for=market, clock=clock, run_preflight=ssh_preflight,
-                               launch_spec_for=launch_spec_for)
+    return ProvisioningService(
+        engine(s), market_for=market, clock=clock, run_preflight=ssh_preflight, launch_spec_for=launch_spec_for
+    )
 
 
 def artifacts_location(s: Settings, env: Mapping[str, str] | None = None) -> str:
@@ -373,8 +383,9 @@ def supervisor_config(env: Mapping[str, str] | None = None) -> SupervisorConfig:
     default = SupervisorConfig()
     slice_steps = (env.get("TUNEHARNESS_SLICE_STEPS") or "").strip()
     if slice_steps and not (slice_steps.isdigit() and int(slice_steps) > 0):
-        raise SettingsError("TUNEHARNESS_SLICE_STEPS", f"{slice_steps!r} is not a positive whole number",
-                            "e.g. 100, or unset it")
+        raise SettingsError(
+            "TUNEHARNESS_SLICE_STEPS", f"{slice_steps!r} is not a positive whole number", "e.g. 100, or unset it"
+        )
     return SupervisorConfig(
         monitor_s=seconds_setting("TUNEHARNESS_MONITOR_S", default.monitor_s, env),
         repoll_s=seconds_setting("TUNEHARNESS_REPOLL_S", default.repoll_s, env),
@@ -414,12 +425,21 @@ def supervisor(s: Settings | None = None) -> SupervisorService:
 
     def triage(job_id: str, log: str) -> TriageAnswer:
         result = triage_chain().triage(log, id=job_id, job=job_id)
-        return TriageAnswer(result.state, result.action, result.needs_operator, result.evidence,
-                            remedy=str(result.remedy))
+        return TriageAnswer(
+            result.state, result.action, result.needs_operator, result.evidence, remedy=str(result.remedy)
+        )
 
     store = open_store(artifacts_location(s))
     return SupervisorService(
-        engine(s), provisioning=provisioning(s), shell_for=shell_for, store=store, staging=s.home / "staging",
-        bundle_for=bundle_for, trainer_dir=Path(__file__).resolve().parents[1] / "trainer",
-        notifier=notifier(s), triage=triage, jobs=jobs(s), cfg=cfg,
+        engine(s),
+        provisioning=provisioning(s),
+        shell_for=shell_for,
+        store=store,
+        staging=s.home / "staging",
+        bundle_for=bundle_for,
+        trainer_dir=Path(__file__).resolve().parents[1] / "trainer",
+        notifier=notifier(s),
+        triage=triage,
+        jobs=jobs(s),
+        cfg=cfg,
     )

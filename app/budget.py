@@ -111,8 +111,9 @@ class Budget:
         self.engine = engine
         self.ledger = ledger or Ledger(engine)
 
-    def set_cap(self, name: str, cap_usd: float, *, reason: str = "operator", unit: str | None = None,
-                period: str | None = None) -> None:
+    def set_cap(
+        self, name: str, cap_usd: float, *, reason: str = "operator", unit: str | None = None, period: str | None = None
+    ) -> None:
         """Create or change a cap: an explicit edit, recorded in the ledger.
 
         `day`, `week` and `month` count only their current UTC period; `gpu-minutes-day` counts
@@ -132,9 +133,18 @@ class Budget:
             else:
                 conn.execute(_CAPS.update().where(_CAPS.c.name == name).values(**values))
             self.ledger.append(
-                Event(kind="budget_cap_set", amount_usd=cap_usd if unit == "usd" else None, reason=reason,
-                      payload={"budget": name, "cap": cap_usd, "unit": unit, "period": period,
-                               "previous": None if row is None else row.cap_usd}),
+                Event(
+                    kind="budget_cap_set",
+                    amount_usd=cap_usd if unit == "usd" else None,
+                    reason=reason,
+                    payload={
+                        "budget": name,
+                        "cap": cap_usd,
+                        "unit": unit,
+                        "period": period,
+                        "previous": None if row is None else row.cap_usd,
+                    },
+                ),
                 conn=conn,
             )
 
@@ -143,15 +153,24 @@ class Budget:
             return [str(n) for n in conn.execute(select(_CAPS.c.name).order_by(_CAPS.c.name)).scalars()]
 
     def reserve(
-        self, name: str, amount_usd: float, *, job: str | None = None, idempotency_key: str | None = None,
+        self,
+        name: str,
+        amount_usd: float,
+        *,
+        job: str | None = None,
+        idempotency_key: str | None = None,
         now: float | None = None,
     ) -> Reservation:
         """Reserve `amount_usd` against `name`, or raise BudgetExceeded having reserved nothing."""
         return self.reserve_many([(name, amount_usd)], job=job, idempotency_key=idempotency_key, now=now)[0]
 
     def reserve_many(
-        self, items: Sequence[tuple[str, float]], *, job: str | None = None,
-        idempotency_key: str | None = None, now: float | None = None,
+        self,
+        items: Sequence[tuple[str, float]],
+        *,
+        job: str | None = None,
+        idempotency_key: str | None = None,
+        now: float | None = None,
     ) -> list[Reservation]:
         """Reserve against several caps at once (e.g. the job's, the day's, GPU minutes): all or none.
 
@@ -170,14 +189,24 @@ class Budget:
             refusal = exc
         if refusal is not None:
             self.ledger.append(
-                Event(kind="budget_refused", job=job, amount_usd=refusal.asked_usd, reason=str(refusal),
-                      payload={"budget": refusal.budget, "committed": refusal.committed_usd, "cap": refusal.cap_usd})
+                Event(
+                    kind="budget_refused",
+                    job=job,
+                    amount_usd=refusal.asked_usd,
+                    reason=str(refusal),
+                    payload={"budget": refusal.budget, "committed": refusal.committed_usd, "cap": refusal.cap_usd},
+                )
             )
             raise refusal
         return made
 
     def _reserve_locked(
-        self, items: Sequence[tuple[str, float]], names: list[str], *, job: str | None, base_key: str,
+        self,
+        items: Sequence[tuple[str, float]],
+        names: list[str],
+        *,
+        job: str | None,
+        base_key: str,
         now_ts: float,
     ) -> list[Reservation]:
         made: list[Reservation] = []
@@ -200,22 +229,35 @@ class Budget:
                 cap = caps[n]
                 committed = conn.execute(
                     select(func.coalesce(func.sum(_RES.c.amount_usd), 0.0)).where(
-                        _RES.c.budget == n, _RES.c.state.in_([HELD, SETTLED]),
+                        _RES.c.budget == n,
+                        _RES.c.state.in_([HELD, SETTLED]),
                         _RES.c.created_ts >= period_start(cap.period, now_ts),
                     )
                 ).scalar_one()
                 if committed + amount > cap.cap_usd + _EPSILON_USD:
                     raise BudgetExceeded(n, float(cap.cap_usd), float(committed), amount)
                 rid = f"res-{uuid.uuid4().hex[:12]}"
-                conn.execute(_RES.insert().values(
-                    id=rid, budget=n, job=job, amount_usd=amount, state=HELD, idempotency_key=key,
-                    created_at=_now(), created_ts=now_ts,
-                ))
+                conn.execute(
+                    _RES.insert().values(
+                        id=rid,
+                        budget=n,
+                        job=job,
+                        amount_usd=amount,
+                        state=HELD,
+                        idempotency_key=key,
+                        created_at=_now(),
+                        created_ts=now_ts,
+                    )
+                )
                 self.ledger.append(
-                    Event(kind="budget_reserved", job=job, amount_usd=amount if cap.unit == "usd" else None,
-                          reason="reserve before spend",
-                          payload={"budget": n, "reservation": rid, "amount": amount, "unit": cap.unit},
-                          idempotency_key=key),
+                    Event(
+                        kind="budget_reserved",
+                        job=job,
+                        amount_usd=amount if cap.unit == "usd" else None,
+                        reason="reserve before spend",
+                        payload={"budget": n, "reservation": rid, "amount": amount, "unit": cap.unit},
+                        idempotency_key=key,
+                    ),
                     conn=conn,
                 )
                 made.append(Reservation(rid, n, job, amount, HELD))
@@ -226,8 +268,11 @@ class Budget:
         now_ts = datetime.now(UTC).timestamp()
         with read_connection(self.engine) as conn:
             period = conn.execute(select(_CAPS.c.period).where(_CAPS.c.name == name)).scalar() or "total"
-            rows = conn.execute(select(_RES.c.id).where(
-                _RES.c.budget == name, _RES.c.state == HELD, _RES.c.created_ts >= period_start(str(period), now_ts)))
+            rows = conn.execute(
+                select(_RES.c.id).where(
+                    _RES.c.budget == name, _RES.c.state == HELD, _RES.c.created_ts >= period_start(str(period), now_ts)
+                )
+            )
             return {str(r) for r in rows.scalars()}
 
     def unit_of_reservation(self, reservation_id: str) -> str:
@@ -272,9 +317,14 @@ class Budget:
             values["amount_usd"] = actual_usd
         conn.execute(_RES.update().where(_RES.c.id == reservation_id).values(**values))
         self.ledger.append(
-            Event(kind=f"budget_{state}", job=row.job, amount_usd=actual_usd if actual_usd is not None else row.amount_usd,
-                  reason=reason, payload={"budget": row.budget, "reservation": reservation_id},
-                  idempotency_key=f"{state}:{reservation_id}"),
+            Event(
+                kind=f"budget_{state}",
+                job=row.job,
+                amount_usd=actual_usd if actual_usd is not None else row.amount_usd,
+                reason=reason,
+                payload={"budget": row.budget, "reservation": reservation_id},
+                idempotency_key=f"{state}:{reservation_id}",
+            ),
             conn=conn,
         )
 
@@ -286,11 +336,14 @@ class Budget:
             for c in caps:
                 sums: dict[str, float] = dict(
                     conn.execute(
-                        select(_RES.c.state, func.sum(_RES.c.amount_usd)).where(
-                            _RES.c.budget == c.name, _RES.c.created_ts >= period_start(c.period, now_ts)
-                        ).group_by(_RES.c.state)
+                        select(_RES.c.state, func.sum(_RES.c.amount_usd))
+                        .where(_RES.c.budget == c.name, _RES.c.created_ts >= period_start(c.period, now_ts))
+                        .group_by(_RES.c.state)
                     ).all()
                 )
-                out.append(BudgetStatus(c.name, c.cap_usd, float(sums.get(HELD, 0.0)), float(sums.get(SETTLED, 0.0)),
-                                        c.unit, c.period))
+                out.append(
+                    BudgetStatus(
+                        c.name, c.cap_usd, float(sums.get(HELD, 0.0)), float(sums.get(SETTLED, 0.0)), c.unit, c.period
+                    )
+                )
             return out

@@ -31,7 +31,19 @@ __all__ = [
 ]
 
 # Modules that define SQLModel tables; init_db imports them so create_all sees every table.
-TABLE_MODULES = ["app.ledger", "app.budget", "app.liveness", "app.rentals", "app.alerts", "app.services.guardrails", "app.reputation", "app.jobs", "app.services.provisioning", "app.services.leases", "app.services.supervisor"]
+TABLE_MODULES = [
+    "app.ledger",
+    "app.budget",
+    "app.liveness",
+    "app.rentals",
+    "app.alerts",
+    "app.services.guardrails",
+    "app.reputation",
+    "app.jobs",
+    "app.services.provisioning",
+    "app.services.leases",
+    "app.services.supervisor",
+]
 
 SQLITE_BUSY_TIMEOUT_MS = 60_000
 
@@ -106,7 +118,15 @@ def _is_connect_failure(exc: OperationalError) -> bool:
     msg = str(exc.orig).lower() if exc.orig is not None else str(exc).lower()
     return any(
         s in msg
-        for s in ("connection refused", "could not connect", "unable to open database", "connection failed", "does not exist", "no such host", "name or service not known")
+        for s in (
+            "connection refused",
+            "could not connect",
+            "unable to open database",
+            "connection failed",
+            "does not exist",
+            "no such host",
+            "name or service not known",
+        )
     )
 
 

@@ -86,19 +86,63 @@ JOB_PHASES = ("queued", "provisioning", "training", "evaluating", "done", "faile
 PROVIDERS = ("vast", "runpod", "sim")
 
 _TOP = ("name", "train", "needs", "budget_usd", "gate")
-_NEEDS = ("gpu", "min_vram_gb", "max_usd_per_hour", "providers", "image", "disk_gb", "num_gpus",
-          "min_reliability", "min_download_mbps", "download_gb", "train_hours", "standby_hosts")
+_NEEDS = (
+    "gpu",
+    "min_vram_gb",
+    "max_usd_per_hour",
+    "providers",
+    "image",
+    "disk_gb",
+    "num_gpus",
+    "min_reliability",
+    "min_download_mbps",
+    "download_gb",
+    "train_hours",
+    "standby_hosts",
+)
 # Warm standby hosts per job: each one bills its GPU while it waits, so keep the number small.
 MAX_STANDBY_HOSTS = 4
 # The trainer's job.json contract (trainer/jobspec.py is the authority on the host).
-_TRAIN_REQUIRED = ("base_model", "task", "train_file", "max_steps", "checkpoint_every", "seed",
-                   "learning_rate", "batch_size", "max_seq_len", "lora", "quantization")
-_TRAIN_OPTIONAL = ("eval_file", "lr_schedule", "warmup_steps", "grad_accum", "max_grad_norm",
-                   "keep_checkpoints", "log_every", "status_every_s", "deterministic")
-_TRAIN_INTS = ("max_steps", "checkpoint_every", "seed", "batch_size", "max_seq_len", "warmup_steps", "grad_accum",
-               "keep_checkpoints", "log_every")
-_TRAIN_CHOICES = {"task": ("causal_lm", "classification"), "lr_schedule": ("constant", "linear", "cosine"),
-                  "quantization": ("nf4", "none")}
+_TRAIN_REQUIRED = (
+    "base_model",
+    "task",
+    "train_file",
+    "max_steps",
+    "checkpoint_every",
+    "seed",
+    "learning_rate",
+    "batch_size",
+    "max_seq_len",
+    "lora",
+    "quantization",
+)
+_TRAIN_OPTIONAL = (
+    "eval_file",
+    "lr_schedule",
+    "warmup_steps",
+    "grad_accum",
+    "max_grad_norm",
+    "keep_checkpoints",
+    "log_every",
+    "status_every_s",
+    "deterministic",
+)
+_TRAIN_INTS = (
+    "max_steps",
+    "checkpoint_every",
+    "seed",
+    "batch_size",
+    "max_seq_len",
+    "warmup_steps",
+    "grad_accum",
+    "keep_checkpoints",
+    "log_every",
+)
+_TRAIN_CHOICES = {
+    "task": ("causal_lm", "classification"),
+    "lr_schedule": ("constant", "linear", "cosine"),
+    "quantization": ("nf4", "none"),
+}
 _TRAIN_PATHS = ("base_model", "train_file", "eval_file")
 _GATE = ("config", "eval", "baseline", "incumbent", "seeds", "timeout_s")
 # gate.json's keys (gate/trial.py is the authority; checked here so a typo fails at submit)
@@ -142,9 +186,13 @@ class Needs:
     def requirements(self) -> Requirements:
         """The provisioning policy's filters for this job."""
         return Requirements(
-            gpu_names=self.gpu, min_gpu_ram_gb=self.min_vram_gb, num_gpus=self.num_gpus,
-            min_reliability=self.min_reliability, min_inet_down_mbps=self.min_download_mbps,
-            max_dph=self.max_usd_per_hour, providers=self.providers,
+            gpu_names=self.gpu,
+            min_gpu_ram_gb=self.min_vram_gb,
+            num_gpus=self.num_gpus,
+            min_reliability=self.min_reliability,
+            min_inet_down_mbps=self.min_download_mbps,
+            max_dph=self.max_usd_per_hour,
+            providers=self.providers,
         )
 
 
@@ -172,25 +220,40 @@ class JobSpec:
     def seed_run(self, seed: int, *, parent: str) -> JobSpec:
         """This job's training run for `seed`: the same training with that seed, no gate, its share of the budget."""
         n = max(1, len(self.seeds))
-        return JobSpec(name=f"{self.name}-seed-{seed}", train={**self.train, "seed": seed}, needs=self.needs,
-                       budget_usd=None if self.budget_usd is None else self.budget_usd / n, gate=None,
-                       base_dir=self.base_dir, source=self.source, ship=self.ship, parent=parent)
+        return JobSpec(
+            name=f"{self.name}-seed-{seed}",
+            train={**self.train, "seed": seed},
+            needs=self.needs,
+            budget_usd=None if self.budget_usd is None else self.budget_usd / n,
+            gate=None,
+            base_dir=self.base_dir,
+            source=self.source,
+            ship=self.ship,
+            parent=parent,
+        )
 
     def shape(self) -> JobShape:
         """What one attempt at this job pulls, trains and stores (for ranking and reservations)."""
-        return JobShape(download_gb=self.needs.download_gb, train_s=self.needs.train_hours * 3600.0,
-                        disk_gb=self.needs.disk_gb)
+        return JobShape(
+            download_gb=self.needs.download_gb, train_s=self.needs.train_hours * 3600.0, disk_gb=self.needs.disk_gb
+        )
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "name": self.name,
             "train": dict(self.train),
             "needs": {
-                "gpu": list(self.needs.gpu), "min_vram_gb": self.needs.min_vram_gb,
-                "max_usd_per_hour": self.needs.max_usd_per_hour, "providers": list(self.needs.providers),
-                "image": self.needs.image, "disk_gb": self.needs.disk_gb, "num_gpus": self.needs.num_gpus,
-                "min_reliability": self.needs.min_reliability, "min_download_mbps": self.needs.min_download_mbps,
-                "download_gb": self.needs.download_gb, "train_hours": self.needs.train_hours,
+                "gpu": list(self.needs.gpu),
+                "min_vram_gb": self.needs.min_vram_gb,
+                "max_usd_per_hour": self.needs.max_usd_per_hour,
+                "providers": list(self.needs.providers),
+                "image": self.needs.image,
+                "disk_gb": self.needs.disk_gb,
+                "num_gpus": self.needs.num_gpus,
+                "min_reliability": self.needs.min_reliability,
+                "min_download_mbps": self.needs.min_download_mbps,
+                "download_gb": self.needs.download_gb,
+                "train_hours": self.needs.train_hours,
                 "standby_hosts": self.needs.standby_hosts,
             },
             "budget_usd": self.budget_usd,
@@ -257,8 +320,15 @@ class _Check:
                 raise self.fail(f"{path}.{key}" if path else key, "unknown field", f"use one of {', '.join(allowed)}")
         return value
 
-    def number(self, value: Any, path: str, *, minimum: float | None = None, integer: bool = False,
-               maximum: float | None = None) -> float:
+    def number(
+        self,
+        value: Any,
+        path: str,
+        *,
+        minimum: float | None = None,
+        integer: bool = False,
+        maximum: float | None = None,
+    ) -> float:
         ok = isinstance(value, int) if integer else isinstance(value, int | float)
         if isinstance(value, bool) or not ok:
             want = "a whole number" if integer else "a number"
@@ -288,7 +358,9 @@ def _kind(v: Any) -> str:
     )
 
 
-def parse_job_text(text: str, *, source: str = "<job>", base_dir: str | Path = ".", check_files: bool = True) -> JobSpec:
+def parse_job_text(
+    text: str, *, source: str = "<job>", base_dir: str | Path = ".", check_files: bool = True
+) -> JobSpec:
     """Validate a job file's text; raise JobFileError naming the line and field of the first problem."""
     data, lines = _compose(text, source)
     c = _Check(source, lines)
@@ -308,11 +380,16 @@ def parse_job_text(text: str, *, source: str = "<job>", base_dir: str | Path = "
             c.number(train[key], f"train.{key}", minimum=0 if key in ("seed", "warmup_steps") else 1, integer=True)
     c.number(train["learning_rate"], "train.learning_rate", minimum=0)
     if "deterministic" in train and not isinstance(train["deterministic"], bool):
-        raise c.fail("train.deterministic", f"{train['deterministic']!r} is not true or false",
-                     "write `deterministic: true` (bit-identical resumes on a GPU, slower) or leave it out")
+        raise c.fail(
+            "train.deterministic",
+            f"{train['deterministic']!r} is not true or false",
+            "write `deterministic: true` (bit-identical resumes on a GPU, slower) or leave it out",
+        )
     for key, choices in _TRAIN_CHOICES.items():
         if key in train and train[key] not in choices:
-            raise c.fail(f"train.{key}", f"{train[key]!r} is not one of {', '.join(choices)}", f"use one of {', '.join(choices)}")
+            raise c.fail(
+                f"train.{key}", f"{train[key]!r} is not one of {', '.join(choices)}", f"use one of {', '.join(choices)}"
+            )
     lora = c.mapping(train["lora"], "train.lora", ("r", "alpha", "dropout", "target_modules"))
     for key in ("r", "alpha", "target_modules"):
         if key not in lora:
@@ -323,8 +400,11 @@ def parse_job_text(text: str, *, source: str = "<job>", base_dir: str | Path = "
         c.number(lora["dropout"], "train.lora.dropout", minimum=0, maximum=1)
     c.strings(lora["target_modules"], "train.lora.target_modules")
     if int(train["checkpoint_every"]) > int(train["max_steps"]):
-        raise c.fail("train.checkpoint_every", f"{train['checkpoint_every']} > max_steps {train['max_steps']}",
-                     "checkpoint at most every max_steps steps")
+        raise c.fail(
+            "train.checkpoint_every",
+            f"{train['checkpoint_every']} > max_steps {train['max_steps']}",
+            "checkpoint at most every max_steps steps",
+        )
     ship: list[str] = []
     for key in _TRAIN_PATHS:
         if key not in train:
@@ -343,12 +423,21 @@ def parse_job_text(text: str, *, source: str = "<job>", base_dir: str | Path = "
         provs = c.strings(raw_needs["providers"], "needs.providers")
         for i, prov in enumerate(provs):
             if prov not in PROVIDERS:
-                raise c.fail(f"needs.providers[{i}]" if f"needs.providers[{i}]" in lines else "needs.providers",
-                             f"unknown provider {prov!r}", f"use {', '.join(PROVIDERS)}")
+                raise c.fail(
+                    f"needs.providers[{i}]" if f"needs.providers[{i}]" in lines else "needs.providers",
+                    f"unknown provider {prov!r}",
+                    f"use {', '.join(PROVIDERS)}",
+                )
         needs_kw["providers"] = provs
-    for key, kw in (("min_vram_gb", {"minimum": 0}), ("max_usd_per_hour", {"minimum": 0}), ("disk_gb", {"minimum": 1}),
-                    ("min_reliability", {"minimum": 0, "maximum": 1}), ("min_download_mbps", {"minimum": 0}),
-                    ("download_gb", {"minimum": 0}), ("train_hours", {"minimum": 0})):
+    for key, kw in (
+        ("min_vram_gb", {"minimum": 0}),
+        ("max_usd_per_hour", {"minimum": 0}),
+        ("disk_gb", {"minimum": 1}),
+        ("min_reliability", {"minimum": 0, "maximum": 1}),
+        ("min_download_mbps", {"minimum": 0}),
+        ("download_gb", {"minimum": 0}),
+        ("train_hours", {"minimum": 0}),
+    ):
         if key in raw_needs:
             needs_kw[key] = c.number(raw_needs[key], f"needs.{key}", **kw)  # type: ignore[arg-type]
     if "num_gpus" in raw_needs:
@@ -356,8 +445,11 @@ def parse_job_text(text: str, *, source: str = "<job>", base_dir: str | Path = "
     if "image" in raw_needs:
         needs_kw["image"] = c.string(raw_needs["image"], "needs.image")
     if "standby_hosts" in raw_needs:
-        needs_kw["standby_hosts"] = int(c.number(
-            raw_needs["standby_hosts"], "needs.standby_hosts", minimum=0, maximum=MAX_STANDBY_HOSTS, integer=True))
+        needs_kw["standby_hosts"] = int(
+            c.number(
+                raw_needs["standby_hosts"], "needs.standby_hosts", minimum=0, maximum=MAX_STANDBY_HOSTS, integer=True
+            )
+        )
 
     budget = None
     if top.get("budget_usd") is not None:
@@ -366,8 +458,16 @@ def parse_job_text(text: str, *, source: str = "<job>", base_dir: str | Path = "
     if top.get("gate") is not None:
         gate = _gate_section(c, top["gate"], base, check_files=check_files)
 
-    return JobSpec(name=name, train=train, needs=Needs(**needs_kw), budget_usd=budget, gate=gate,
-                   base_dir=str(base.resolve()), source=source, ship=tuple(ship))
+    return JobSpec(
+        name=name,
+        train=train,
+        needs=Needs(**needs_kw),
+        budget_usd=budget,
+        gate=gate,
+        base_dir=str(base.resolve()),
+        source=source,
+        ship=tuple(ship),
+    )
 
 
 def _path(c: _Check, value: Any, path: str, base: Path, *, check_files: bool, what: str) -> str:
@@ -382,7 +482,9 @@ def _predictor(c: _Check, value: Any, path: str, base: Path, *, check_files: boo
     text = c.string(value, path)
     kind, sep, rest = text.partition(":")
     if not sep or kind not in ("predictions", "command", "adapter") or not rest.strip():
-        raise c.fail(path, f"{text!r} is not a predictor", "write predictions:FILE or command:CMD (incumbent: also adapter:DIR)")
+        raise c.fail(
+            path, f"{text!r} is not a predictor", "write predictions:FILE or command:CMD (incumbent: also adapter:DIR)"
+        )
     if kind == "adapter" and path == "gate.baseline":
         raise c.fail(path, "the baseline is not an adapter", "write predictions:FILE or command:CMD")
     if kind == "command":
@@ -407,8 +509,11 @@ def _check_eval_rows(c: _Check, file: Path, path: str) -> None:
         ok = isinstance(row, dict) and all(isinstance(row.get(k), str) and row[k] for k in ("id", "slice", "expected"))
         ok = ok and sum(isinstance(row.get(k), str) for k in ("text", "prompt")) == 1
         if not ok:
-            raise c.fail(path, f"{file} line {lineno}: a row needs id, slice, expected and one of text or prompt",
-                         'write {"id": "h1", "slice": "heldout", "prompt": "...", "expected": "..."}')
+            raise c.fail(
+                path,
+                f"{file} line {lineno}: a row needs id, slice, expected and one of text or prompt",
+                'write {"id": "h1", "slice": "heldout", "prompt": "...", "expected": "..."}',
+            )
         sl = row["slice"]
         if sl not in ("heldout", "canary") and not (sl.startswith("ood:") and len(sl) > 4):
             raise c.fail(path, f"{file} line {lineno}: unknown slice {sl!r}", 'use "heldout", "canary" or "ood:<name>"')
@@ -420,8 +525,11 @@ def _check_eval_rows(c: _Check, file: Path, path: str) -> None:
 def _gate_section(c: _Check, raw: Any, base: Path, *, check_files: bool) -> dict[str, Any]:
     """The job's gate, normalised: paths absolute, seeds a list, the defaults filled in."""
     if not isinstance(raw, dict):
-        raise c.fail("gate", f"must be a mapping, got {_kind(raw)}",
-                     "write gate: {config: gate.json, eval: eval.jsonl, baseline: predictions:FILE}")
+        raise c.fail(
+            "gate",
+            f"must be a mapping, got {_kind(raw)}",
+            "write gate: {config: gate.json, eval: eval.jsonl, baseline: predictions:FILE}",
+        )
     g = c.mapping(raw, "gate", _GATE)
     for key in ("config", "eval", "baseline"):
         if key not in g:
@@ -441,16 +549,20 @@ def _gate_section(c: _Check, raw: Any, base: Path, *, check_files: bool) -> dict
             except (OSError, ValueError) as exc:
                 raise c.fail("gate.config", f"{cfg_path} is not readable JSON ({exc})", "fix gate.json") from None
             if not isinstance(loaded, dict):
-                raise c.fail("gate.config", f"{cfg_path} is not a JSON object", "write gate.json as {\"metric\": ...}")
+                raise c.fail("gate.config", f"{cfg_path} is not a JSON object", 'write gate.json as {"metric": ...}')
             cfg = loaded
             unknown = sorted(set(cfg) - set(_GATE_CONFIG))
             if unknown:
-                raise c.fail("gate.config", f"{cfg_path}: unknown key(s) {', '.join(unknown)}",
-                             f"use {', '.join(_GATE_CONFIG)}")
+                raise c.fail(
+                    "gate.config", f"{cfg_path}: unknown key(s) {', '.join(unknown)}", f"use {', '.join(_GATE_CONFIG)}"
+                )
         out["config"] = cfg_path
     if isinstance(cfg, dict) and cfg.get("metric") not in _METRICS:
-        raise c.fail("gate.config" + (".metric" if isinstance(g["config"], dict) else ""),
-                     f"metric {cfg.get('metric')!r} is not one of {', '.join(_METRICS)}", f"use {' or '.join(_METRICS)}")
+        raise c.fail(
+            "gate.config" + (".metric" if isinstance(g["config"], dict) else ""),
+            f"metric {cfg.get('metric')!r} is not one of {', '.join(_METRICS)}",
+            f"use {' or '.join(_METRICS)}",
+        )
     evals = g["eval"] if isinstance(g["eval"], list) else [g["eval"]]
     if not evals:
         raise c.fail("gate.eval", "no eval file", "name at least one JSONL eval file")
@@ -470,8 +582,11 @@ def _gate_section(c: _Check, raw: Any, base: Path, *, check_files: bool) -> dict
     for i, s in enumerate(seeds):
         c.number(s, f"gate.seeds[{i}]" if f"gate.seeds[{i}]" in c.lines else "gate.seeds", minimum=0, integer=True)
     if len(seeds) < 2:
-        raise c.fail("gate.seeds", f"{len(seeds)} seed(s); the gate judges the worst of at least two",
-                     "give two or more seeds, e.g. [1, 2]")
+        raise c.fail(
+            "gate.seeds",
+            f"{len(seeds)} seed(s); the gate judges the worst of at least two",
+            "give two or more seeds, e.g. [1, 2]",
+        )
     if len(set(seeds)) != len(seeds):
         raise c.fail("gate.seeds", f"{seeds} repeats a seed", "give distinct seeds")
     out["seeds"] = [int(s) for s in seeds]
@@ -486,9 +601,17 @@ def spec_from_dict(d: Mapping[str, Any]) -> JobSpec:
     n = dict(d["needs"])
     needs = Needs(**{**n, "gpu": tuple(n.get("gpu", ())), "providers": tuple(n.get("providers", ()))})
     gate = d.get("gate")
-    return JobSpec(name=d["name"], train=d["train"], needs=needs, budget_usd=d.get("budget_usd"),
-                   gate=gate if isinstance(gate, Mapping) else None, base_dir=d.get("base_dir", "."),
-                   source=d.get("source", "<job>"), ship=tuple(d.get("ship", ())), parent=d.get("parent"))
+    return JobSpec(
+        name=d["name"],
+        train=d["train"],
+        needs=needs,
+        budget_usd=d.get("budget_usd"),
+        gate=gate if isinstance(gate, Mapping) else None,
+        base_dir=d.get("base_dir", "."),
+        source=d.get("source", "<job>"),
+        ship=tuple(d.get("ship", ())),
+        parent=d.get("parent"),
+    )
 
 
 def load_job_file(path: str | Path) -> JobSpec:
@@ -497,7 +620,9 @@ def load_job_file(path: str | Path) -> JobSpec:
     try:
         text = p.read_text(encoding="utf-8")
     except OSError as exc:
-        raise JobFileError(str(p), None, "(file)", f"cannot be read ({exc.strerror})", "pass an existing job file") from None
+        raise JobFileError(
+            str(p), None, "(file)", f"cannot be read ({exc.strerror})", "pass an existing job file"
+        ) from None
     return parse_job_text(text, source=str(p), base_dir=p.parent)
 
 
@@ -530,13 +655,28 @@ class JobRecord:
     detail: str
 
     def to_dict(self) -> dict[str, Any]:
-        return {"job_id": self.job_id, "name": self.name, "phase": self.phase, "budget_usd": self.budget_usd,
-                "created_at": self.created_at, "updated_at": self.updated_at, "detail": self.detail}
+        return {
+            "job_id": self.job_id,
+            "name": self.name,
+            "phase": self.phase,
+            "budget_usd": self.budget_usd,
+            "created_at": self.created_at,
+            "updated_at": self.updated_at,
+            "detail": self.detail,
+        }
 
 
 def _record(row: Any) -> JobRecord:
-    return JobRecord(row.job_id, row.name, row.phase, json.loads(row.spec_json), row.budget_usd, row.created_at,
-                     row.updated_at, row.detail)
+    return JobRecord(
+        row.job_id,
+        row.name,
+        row.phase,
+        json.loads(row.spec_json),
+        row.budget_usd,
+        row.created_at,
+        row.updated_at,
+        row.detail,
+    )
 
 
 class JobStore:
@@ -547,8 +687,18 @@ class JobStore:
         now = time.time() if now is None else now
         jid = job_id or f"job-{time.strftime('%Y%m%d', time.gmtime(now))}-{uuid.uuid4().hex[:8]}"
         with write_transaction(self._engine, lock="tuneharness.jobs") as conn:
-            conn.execute(_T.insert().values(job_id=jid, name=spec.name, phase="queued", spec_json=json.dumps(spec.to_dict()),
-                                            budget_usd=spec.budget_usd, created_at=now, updated_at=now, detail=""))
+            conn.execute(
+                _T.insert().values(
+                    job_id=jid,
+                    name=spec.name,
+                    phase="queued",
+                    spec_json=json.dumps(spec.to_dict()),
+                    budget_usd=spec.budget_usd,
+                    created_at=now,
+                    updated_at=now,
+                    detail="",
+                )
+            )
         return jid
 
     def get(self, job_id: str) -> JobRecord | None:
@@ -564,8 +714,11 @@ class JobStore:
         if phase not in JOB_PHASES:
             raise ValueError(f"unknown job phase {phase!r}; known: {JOB_PHASES}")
         with write_transaction(self._engine, lock="tuneharness.jobs") as conn:
-            conn.execute(_T.update().where(_T.c.job_id == job_id).values(
-                phase=phase, detail=detail, updated_at=time.time() if now is None else now))
+            conn.execute(
+                _T.update()
+                .where(_T.c.job_id == job_id)
+                .values(phase=phase, detail=detail, updated_at=time.time() if now is None else now)
+            )
 
     # -- gated jobs: one training run per seed, then the evaluation ----------------------------
     def runs(self, job_id: str) -> dict[int, JobRecord | None]:
@@ -597,8 +750,9 @@ class JobStore:
             return None
         job = self.get(parent)
         if job is not None and job.phase not in ("evaluating", "done", "failed", "cancelled"):
-            self.set_phase(parent, "evaluating",
-                           detail=f"{len(runs)} seed adapters pulled: " + ", ".join(str(s) for s in runs))
+            self.set_phase(
+                parent, "evaluating", detail=f"{len(runs)} seed adapters pulled: " + ", ".join(str(s) for s in runs)
+            )
         return parent
 
     def run_failed(self, run_id: str, *, detail: str) -> None:
@@ -610,8 +764,13 @@ class JobStore:
 
     def record_evaluation(self, ev: JobEvaluation) -> None:
         """Write down a job's trial and decision (once per job; a re-run of the same trial rewrites it)."""
-        values = {"trial_path": ev.trial_path, "trial_hash": ev.trial_hash, "decision": ev.decision,
-                  "reasons_json": json.dumps(list(ev.reasons)), "at": ev.at}
+        values = {
+            "trial_path": ev.trial_path,
+            "trial_hash": ev.trial_hash,
+            "decision": ev.decision,
+            "reasons_json": json.dumps(list(ev.reasons)),
+            "at": ev.at,
+        }
         with write_transaction(self._engine, lock="tuneharness.jobs") as conn:
             exists = conn.execute(select(_E.c.job_id).where(_E.c.job_id == ev.job_id)).first()
             if exists is None:
@@ -624,8 +783,9 @@ class JobStore:
             row = conn.execute(select(_E).where(_E.c.job_id == job_id)).first()
         if row is None:
             return None
-        return JobEvaluation(row.job_id, row.trial_path, row.trial_hash, row.decision,
-                             tuple(json.loads(row.reasons_json)), float(row.at))
+        return JobEvaluation(
+            row.job_id, row.trial_path, row.trial_hash, row.decision, tuple(json.loads(row.reasons_json)), float(row.at)
+        )
 
 
 class JobEvaluationRow(SQLModel, table=True):
@@ -654,5 +814,11 @@ class JobEvaluation:
     at: float
 
     def to_dict(self) -> dict[str, Any]:
-        return {"job_id": self.job_id, "trial_path": self.trial_path, "trial_hash": self.trial_hash,
-                "decision": self.decision, "reasons": list(self.reasons), "at": self.at}
+        return {
+            "job_id": self.job_id,
+            "trial_path": self.trial_path,
+            "trial_hash": self.trial_hash,
+            "decision": self.decision,
+            "reasons": list(self.reasons),
+            "at": self.at,
+        }

@@ -127,9 +127,7 @@ def _canonical_payload(payload: Mapping[str, Any]) -> str:
 
 def row_hash(prev_hash: str, fields: Mapping[str, Any]) -> str:
     """sha256 over the previous hash and the row's canonical JSON (payload as stored text)."""
-    body = json.dumps(
-        {k: fields[k] for k in _HASHED_FIELDS}, sort_keys=True, separators=(",", ":"), ensure_ascii=False
-    )
+    body = json.dumps({k: fields[k] for k in _HASHED_FIELDS}, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return hashlib.sha256((prev_hash + body).encode("utf-8")).hexdigest()
 
 
@@ -195,9 +193,7 @@ class Ledger:
         existing = conn.execute(select(_TABLE).where(_TABLE.c.idempotency_key == key)).first()
         if existing is not None:
             return _to_row(existing)
-        last = conn.execute(
-            select(_TABLE.c.seq, _TABLE.c.row_hash).order_by(_TABLE.c.seq.desc()).limit(1)
-        ).first()
+        last = conn.execute(select(_TABLE.c.seq, _TABLE.c.row_hash).order_by(_TABLE.c.seq.desc()).limit(1)).first()
         seq = 1 if last is None else last.seq + 1
         prev = GENESIS_HASH if last is None else last.row_hash
         fields: dict[str, Any] = {
@@ -255,7 +251,12 @@ class Ledger:
                 count += 1
                 fields = {k: getattr(r, k) for k in _HASHED_FIELDS}
                 if r.prev_hash != prev:
-                    return VerifyReport(False, count, r.seq, "prev_hash does not link to the row before it (a row was removed or reordered)")
+                    return VerifyReport(
+                        False,
+                        count,
+                        r.seq,
+                        "prev_hash does not link to the row before it (a row was removed or reordered)",
+                    )
                 if row_hash(prev, fields) != r.row_hash:
                     return VerifyReport(False, count, r.seq, "row contents do not match row_hash (the row was altered)")
                 prev = r.row_hash

@@ -154,18 +154,49 @@ _X = RentalTransferRow.__table__  # type: ignore[attr-defined]
 
 def _row(r: Any) -> Rental:
     return Rental(
-        r.id, r.job, r.attempt, r.provider, r.offer_id, r.machine_id, r.label, r.instance_id,
-        r.rate_usd_per_hour, r.disk_gb, r.storage_per_gb_month, r.reservation_id, r.state,
-        bool(r.held_work), r.created_at, r.accepted_at, r.kill_at, r.stopped_at, r.ended_at, r.idle_since,
+        r.id,
+        r.job,
+        r.attempt,
+        r.provider,
+        r.offer_id,
+        r.machine_id,
+        r.label,
+        r.instance_id,
+        r.rate_usd_per_hour,
+        r.disk_gb,
+        r.storage_per_gb_month,
+        r.reservation_id,
+        r.state,
+        bool(r.held_work),
+        r.created_at,
+        r.accepted_at,
+        r.kill_at,
+        r.stopped_at,
+        r.ended_at,
+        r.idle_since,
         r.last_gpu_util,
     )
 
 
 def _offer_json(offer: Offer) -> str:
     return json.dumps(
-        {k: getattr(offer, k) for k in (
-            "provider", "offer_id", "machine_id", "gpu_name", "num_gpus", "gpu_ram_gb", "dph_total",
-            "storage_per_gb_month", "inet_down_per_gb", "inet_down_mbps", "reliability", "cuda_max")},
+        {
+            k: getattr(offer, k)
+            for k in (
+                "provider",
+                "offer_id",
+                "machine_id",
+                "gpu_name",
+                "num_gpus",
+                "gpu_ram_gb",
+                "dph_total",
+                "storage_per_gb_month",
+                "inet_down_per_gb",
+                "inet_down_mbps",
+                "reliability",
+                "cuda_max",
+            )
+        },
         sort_keys=True,
     )
 
@@ -190,9 +221,7 @@ class Rentals:
 
     def by_instance(self, provider: str, instance_id: str) -> Rental | None:
         with read_connection(self.engine) as conn:
-            r = conn.execute(
-                select(_T).where(_T.c.provider == provider, _T.c.instance_id == instance_id)
-            ).first()
+            r = conn.execute(select(_T).where(_T.c.provider == provider, _T.c.instance_id == instance_id)).first()
         return None if r is None else _row(r)
 
     def by_label(self, label: str) -> Rental | None:
@@ -219,44 +248,95 @@ class Rentals:
         with read_connection(self.engine) as conn:
             text = conn.execute(select(_T.c.spec_json).where(_T.c.id == rental_id)).scalar_one()
         raw = json.loads(str(text))
-        return LaunchSpec(image=raw["image"], disk_gb=raw["disk_gb"], label=raw.get("label", ""),
-                          ssh_public_key=raw["ssh_public_key"], env=raw.get("env", {}),
-                          onstart=raw.get("onstart", ""))
+        return LaunchSpec(
+            image=raw["image"],
+            disk_gb=raw["disk_gb"],
+            label=raw.get("label", ""),
+            ssh_public_key=raw["ssh_public_key"],
+            env=raw.get("env", {}),
+            onstart=raw.get("onstart", ""),
+        )
 
     def plan(
-        self, *, job: str, attempt: int, offer: Offer, disk_gb: float, ttl_s: float, now: float,
-        reserve_usd: float, budget_name: str, spec: LaunchSpec | None = None,
+        self,
+        *,
+        job: str,
+        attempt: int,
+        offer: Offer,
+        disk_gb: float,
+        ttl_s: float,
+        now: float,
+        reserve_usd: float,
+        budget_name: str,
+        spec: LaunchSpec | None = None,
     ) -> Rental:
         """Steps 1 and 2: reserve, then write the intent. Idempotent per (job, attempt)."""
         rental_id = f"{job}:{attempt}"
         existing = self.get(rental_id)
         if existing is not None:
             return existing
-        made = self.reserve_for(job=job, budget_name=budget_name, reserve_usd=reserve_usd, dph_total=offer.dph_total,
-                                num_gpus=offer.num_gpus, max_s=ttl_s, idempotency_key=f"reserve:{rental_id}", now=now)
+        made = self.reserve_for(
+            job=job,
+            budget_name=budget_name,
+            reserve_usd=reserve_usd,
+            dph_total=offer.dph_total,
+            num_gpus=offer.num_gpus,
+            max_s=ttl_s,
+            idempotency_key=f"reserve:{rental_id}",
+            now=now,
+        )
         reservation = made[0]
         others = ",".join(r.id for r in made[1:])
         label = label_for(job, attempt, now + ttl_s)
         with write_transaction(self.engine, lock=f"tuneharness.rental.{rental_id}") as conn:
             if conn.execute(select(_T.c.id).where(_T.c.id == rental_id)).first() is None:
-                conn.execute(_T.insert().values(
-                    id=rental_id, job=job, attempt=attempt, provider=offer.provider,
-                    offer_id=offer.offer_id, machine_id=offer.machine_id, label=label,
-                    rate_usd_per_hour=offer.dph_total, disk_gb=disk_gb,
-                    storage_per_gb_month=offer.storage_per_gb_month, reservation_id=reservation.id,
-                    other_reservations=others,
-                    state="intent", created_at=now, kill_at=now + ttl_s, offer_json=_offer_json(offer),
-                    spec_json=json.dumps({} if spec is None else {
-                        "image": spec.image, "disk_gb": spec.disk_gb, "env": dict(spec.env),
-                        "onstart": spec.onstart, "ssh_public_key": spec.ssh_public_key}, sort_keys=True),
-                ))
+                conn.execute(
+                    _T.insert().values(
+                        id=rental_id,
+                        job=job,
+                        attempt=attempt,
+                        provider=offer.provider,
+                        offer_id=offer.offer_id,
+                        machine_id=offer.machine_id,
+                        label=label,
+                        rate_usd_per_hour=offer.dph_total,
+                        disk_gb=disk_gb,
+                        storage_per_gb_month=offer.storage_per_gb_month,
+                        reservation_id=reservation.id,
+                        other_reservations=others,
+                        state="intent",
+                        created_at=now,
+                        kill_at=now + ttl_s,
+                        offer_json=_offer_json(offer),
+                        spec_json=json.dumps(
+                            {}
+                            if spec is None
+                            else {
+                                "image": spec.image,
+                                "disk_gb": spec.disk_gb,
+                                "env": dict(spec.env),
+                                "onstart": spec.onstart,
+                                "ssh_public_key": spec.ssh_public_key,
+                            },
+                            sort_keys=True,
+                        ),
+                    )
+                )
         got = self.get(rental_id)
         assert got is not None
         return got
 
     def reserve_for(
-        self, *, job: str, budget_name: str, reserve_usd: float, dph_total: float, num_gpus: int, max_s: float,
-        idempotency_key: str, now: float,
+        self,
+        *,
+        job: str,
+        budget_name: str,
+        reserve_usd: float,
+        dph_total: float,
+        num_gpus: int,
+        max_s: float,
+        idempotency_key: str,
+        now: float,
     ) -> list[Reservation]:
         """Reserve `reserve_usd` for `job` against its cap, the period caps and the GPU-minute cap,
         all or none (in one locked transaction); the first reservation is the job cap's."""
@@ -269,7 +349,12 @@ class Rentals:
         return self.budget.reserve_many(items, job=job, idempotency_key=idempotency_key, now=now)
 
     def execute(
-        self, rental_id: str, *, market: Market, spec: LaunchSpec | None = None, now: float,
+        self,
+        rental_id: str,
+        *,
+        market: Market,
+        spec: LaunchSpec | None = None,
+        now: float,
         fault: FaultHook = _no_fault,
     ) -> Rental:
         """Steps 3 and 4: create at the provider (or adopt what a crashed try created), record it.
@@ -292,11 +377,17 @@ class Rentals:
                 state_now = "stopped"
         else:
             offer = self.offer_of(rental_id)
-            instance_id = market.create(offer, LaunchSpec(
-                image=spec.image, disk_gb=spec.disk_gb, label=rental.label,
-                ssh_public_key=spec.ssh_public_key,
-                env={**spec.env, "TUNEHARNESS_KILL_AT": str(int(rental.kill_at))}, onstart=spec.onstart,
-            ))
+            instance_id = market.create(
+                offer,
+                LaunchSpec(
+                    image=spec.image,
+                    disk_gb=spec.disk_gb,
+                    label=rental.label,
+                    ssh_public_key=spec.ssh_public_key,
+                    env={**spec.env, "TUNEHARNESS_KILL_AT": str(int(rental.kill_at))},
+                    onstart=spec.onstart,
+                ),
+            )
             adopted = False
         try:
             fault("after_provider_accepted")
@@ -313,30 +404,63 @@ class Rentals:
             market.stop(instance_id)
         except Exception:  # the reconciler is the backstop
             return
-        self.ledger.append(Event(
-            kind="instance_stopped", job=rental.job, instance=instance_id, provider=rental.provider,
-            machine=rental.machine_id, rate_usd_per_hour=rental.rate_usd_per_hour,
-            reason="exit trap: create failed before hand-over",
-            payload={"label": rental.label}, idempotency_key=f"trap:{rental.id}:{instance_id}",
-        ))
+        self.ledger.append(
+            Event(
+                kind="instance_stopped",
+                job=rental.job,
+                instance=instance_id,
+                provider=rental.provider,
+                machine=rental.machine_id,
+                rate_usd_per_hour=rental.rate_usd_per_hour,
+                reason="exit trap: create failed before hand-over",
+                payload={"label": rental.label},
+                idempotency_key=f"trap:{rental.id}:{instance_id}",
+            )
+        )
 
-    def _accept(self, rental: Rental, instance_id: str, *, now: float, adopted: bool,
-                fault: FaultHook = _no_fault, state: str = "active") -> Rental:
+    def _accept(
+        self,
+        rental: Rental,
+        instance_id: str,
+        *,
+        now: float,
+        adopted: bool,
+        fault: FaultHook = _no_fault,
+        state: str = "active",
+    ) -> Rental:
         with write_transaction(self.engine, lock=f"tuneharness.rental.{rental.id}") as conn:
             current = conn.execute(select(_T).where(_T.c.id == rental.id)).first()
             if current is not None and current.instance_id is None:
-                conn.execute(_T.update().where(_T.c.id == rental.id).values(
-                    instance_id=instance_id, state=state, accepted_at=now,
-                    stopped_at=now if state == "stopped" else None))
-                self.ledger.append(Event(
-                    kind="instance_created", job=rental.job, instance=instance_id,
-                    provider=rental.provider, machine=rental.machine_id,
-                    rate_usd_per_hour=rental.rate_usd_per_hour,
-                    reason="adopted after a crashed create" if adopted else "rented for the job",
-                    payload={"label": rental.label, "offer_id": rental.offer_id, "attempt": rental.attempt,
-                             "kill_at": rental.kill_at, "reservation": rental.reservation_id},
-                    idempotency_key=f"create:{rental.id}",
-                ), conn=conn)
+                conn.execute(
+                    _T.update()
+                    .where(_T.c.id == rental.id)
+                    .values(
+                        instance_id=instance_id,
+                        state=state,
+                        accepted_at=now,
+                        stopped_at=now if state == "stopped" else None,
+                    )
+                )
+                self.ledger.append(
+                    Event(
+                        kind="instance_created",
+                        job=rental.job,
+                        instance=instance_id,
+                        provider=rental.provider,
+                        machine=rental.machine_id,
+                        rate_usd_per_hour=rental.rate_usd_per_hour,
+                        reason="adopted after a crashed create" if adopted else "rented for the job",
+                        payload={
+                            "label": rental.label,
+                            "offer_id": rental.offer_id,
+                            "attempt": rental.attempt,
+                            "kill_at": rental.kill_at,
+                            "reservation": rental.reservation_id,
+                        },
+                        idempotency_key=f"create:{rental.id}",
+                    ),
+                    conn=conn,
+                )
         fault("after_ledger")
         got = self.get(rental.id)
         assert got is not None
@@ -347,8 +471,9 @@ class Rentals:
         rental = self.get(rental_id)
         if rental is None or rental.instance_id is not None:
             return False
-        moved = self.transition(rental_id, to="abandoned", from_states=("intent",), kind="create_abandoned",
-                                reason=reason, now=now)
+        moved = self.transition(
+            rental_id, to="abandoned", from_states=("intent",), kind="create_abandoned", reason=reason, now=now
+        )
         if moved:
             for rid in self.reservations_of(rental_id):
                 self.budget.release(rid, reason=f"create abandoned: {reason}")
@@ -388,12 +513,19 @@ class Rentals:
 
     def note_utilisation(self, rental_id: str, *, gpu_util: float | None, idle_since: float | None) -> None:
         with write_transaction(self.engine, lock=f"tuneharness.rental.{rental_id}") as conn:
-            conn.execute(_T.update().where(_T.c.id == rental_id).values(
-                last_gpu_util=gpu_util, idle_since=idle_since))
+            conn.execute(_T.update().where(_T.c.id == rental_id).values(last_gpu_util=gpu_util, idle_since=idle_since))
 
     def transition(
-        self, rental_id: str, *, to: RentalState, from_states: Sequence[str], kind: str, reason: str,
-        now: float, evidence: dict[str, Any] | None = None, alert: str | None = None,
+        self,
+        rental_id: str,
+        *,
+        to: RentalState,
+        from_states: Sequence[str],
+        kind: str,
+        reason: str,
+        now: float,
+        evidence: dict[str, Any] | None = None,
+        alert: str | None = None,
     ) -> bool:
         """Move a rental between states under its lock; write the ledger event only if it moved.
 
@@ -413,26 +545,51 @@ class Rentals:
                 if r.stopped_at is None and r.state == "active":
                     values["stopped_at"] = now
             conn.execute(_T.update().where(_T.c.id == rental_id).values(**values))
-            self.ledger.append(Event(
-                kind=kind, job=r.job, instance=r.instance_id, provider=r.provider, machine=r.machine_id,
-                rate_usd_per_hour=r.rate_usd_per_hour, reason=reason,
-                payload={"from": r.state, "to": to, **(evidence or {}), **({"alert": alert} if alert else {})},
-                idempotency_key=f"{kind}:{rental_id}:{r.state}->{to}:{int(now * 1000)}",
-            ), conn=conn)
+            self.ledger.append(
+                Event(
+                    kind=kind,
+                    job=r.job,
+                    instance=r.instance_id,
+                    provider=r.provider,
+                    machine=r.machine_id,
+                    rate_usd_per_hour=r.rate_usd_per_hour,
+                    reason=reason,
+                    payload={"from": r.state, "to": to, **(evidence or {}), **({"alert": alert} if alert else {})},
+                    idempotency_key=f"{kind}:{rental_id}:{r.state}->{to}:{int(now * 1000)}",
+                ),
+                conn=conn,
+            )
         return True
 
-    def stop(self, rental_id: str, *, market: Market, reason: str, kind: str, now: float,
-             evidence: dict[str, Any] | None = None) -> bool:
+    def stop(
+        self,
+        rental_id: str,
+        *,
+        market: Market,
+        reason: str,
+        kind: str,
+        now: float,
+        evidence: dict[str, Any] | None = None,
+    ) -> bool:
         """Automation's strongest move on an instance that held work: stop it (storage still bills)."""
         rental = self.get(rental_id)
         if rental is None or rental.instance_id is None or rental.state != "active":
             return False
         market.stop(rental.instance_id)
-        return self.transition(rental_id, to="stopped", from_states=("active",), kind=kind,
-                               reason=reason, now=now, evidence=evidence)
+        return self.transition(
+            rental_id, to="stopped", from_states=("active",), kind=kind, reason=reason, now=now, evidence=evidence
+        )
 
-    def destroy(self, rental_id: str, *, market: Market, by: Literal["automation", "operator"],
-                reason: str, now: float, evidence: dict[str, Any] | None = None) -> bool:
+    def destroy(
+        self,
+        rental_id: str,
+        *,
+        market: Market,
+        by: Literal["automation", "operator"],
+        reason: str,
+        now: float,
+        evidence: dict[str, Any] | None = None,
+    ) -> bool:
         """Destroy. Automation may do so only for an instance that never held the job's work."""
         rental = self.get(rental_id)
         if rental is None or rental.instance_id is None:
@@ -446,8 +603,12 @@ class Rentals:
             return False
         market.destroy(rental.instance_id)
         moved = self.transition(
-            rental_id, to="destroyed", from_states=("active", "stopped", "intent"),
-            kind="instance_destroyed", reason=reason, now=now,
+            rental_id,
+            to="destroyed",
+            from_states=("active", "stopped", "intent"),
+            kind="instance_destroyed",
+            reason=reason,
+            now=now,
             evidence={"by": by, **(evidence or {})},
         )
         if moved:
@@ -465,18 +626,30 @@ class Rentals:
         if rental_id is not None:
             q = q.where(_X.c.rental_id == rental_id)
         with read_connection(self.engine) as conn:
-            return [Transfer(r.rental_id, r.from_job, r.to_job, float(r.at), r.rate_usd_per_hour,
-                             float(r.settled_usd)) for r in conn.execute(q)]
+            return [
+                Transfer(r.rental_id, r.from_job, r.to_job, float(r.at), r.rate_usd_per_hour, float(r.settled_usd))
+                for r in conn.execute(q)
+            ]
 
     def billed_from(self, rental: Rental) -> float:
         """When the rental's current job started paying for it: its create, or its latest transfer."""
         with read_connection(self.engine) as conn:
-            at = conn.execute(select(_X.c.at).where(_X.c.rental_id == rental.id)
-                              .order_by(_X.c.at.desc()).limit(1)).scalar()
+            at = conn.execute(
+                select(_X.c.at).where(_X.c.rental_id == rental.id).order_by(_X.c.at.desc()).limit(1)
+            ).scalar()
         return rental.created_at if at is None else float(at)
 
-    def transfer(self, rental_id: str, *, from_job: str, to_job: str, reservations: Sequence[Reservation],
-                 now: float, reason: str, evidence: dict[str, Any] | None = None) -> bool:
+    def transfer(
+        self,
+        rental_id: str,
+        *,
+        from_job: str,
+        to_job: str,
+        reservations: Sequence[Reservation],
+        now: float,
+        reason: str,
+        evidence: dict[str, Any] | None = None,
+    ) -> bool:
         """The rental becomes `to_job`'s from `now` on, paid from `reservations` (committed by the
         caller first). In one transaction: `from_job`'s reservations are settled with what the
         rental billed it until now, the rental's job and reservations change, and the ledger gets
@@ -499,23 +672,57 @@ class Rentals:
             share_usd = billed_usd(current, start=start, end=now)
             minutes = max(0.0, now - start) / 60.0
             for rid in old:
-                self.budget.settle_in(conn, rid, minutes if units[rid] == "gpu_minutes" else share_usd,
-                                      reason=f"rental transferred to {to_job}")
+                self.budget.settle_in(
+                    conn,
+                    rid,
+                    minutes if units[rid] == "gpu_minutes" else share_usd,
+                    reason=f"rental transferred to {to_job}",
+                )
             new_ids = [x.id for x in reservations]
-            conn.execute(_T.update().where(_T.c.id == rental_id).values(
-                job=to_job, reservation_id=new_ids[0], other_reservations=",".join(new_ids[1:]),
-                idle_since=None))
-            conn.execute(_X.insert().values(
-                id=transfer_id, rental_id=rental_id, from_job=from_job, to_job=to_job, at=now,
-                rate_usd_per_hour=r.rate_usd_per_hour, settled_usd=share_usd, old_reservations=",".join(old),
-                new_reservations=",".join(new_ids)))
-            self.ledger.append(Event(
-                kind="rental_transferred", job=to_job, instance=r.instance_id, provider=r.provider,
-                machine=r.machine_id, rate_usd_per_hour=r.rate_usd_per_hour, amount_usd=share_usd, reason=reason,
-                payload={"rental": rental_id, "from_job": from_job, "to_job": to_job, "at": now,
-                         "from_billed_usd": share_usd, "settled": old, "reservations": new_ids, **(evidence or {})},
-                idempotency_key=f"transferred:{transfer_id}",
-            ), conn=conn)
+            conn.execute(
+                _T.update()
+                .where(_T.c.id == rental_id)
+                .values(
+                    job=to_job, reservation_id=new_ids[0], other_reservations=",".join(new_ids[1:]), idle_since=None
+                )
+            )
+            conn.execute(
+                _X.insert().values(
+                    id=transfer_id,
+                    rental_id=rental_id,
+                    from_job=from_job,
+                    to_job=to_job,
+                    at=now,
+                    rate_usd_per_hour=r.rate_usd_per_hour,
+                    settled_usd=share_usd,
+                    old_reservations=",".join(old),
+                    new_reservations=",".join(new_ids),
+                )
+            )
+            self.ledger.append(
+                Event(
+                    kind="rental_transferred",
+                    job=to_job,
+                    instance=r.instance_id,
+                    provider=r.provider,
+                    machine=r.machine_id,
+                    rate_usd_per_hour=r.rate_usd_per_hour,
+                    amount_usd=share_usd,
+                    reason=reason,
+                    payload={
+                        "rental": rental_id,
+                        "from_job": from_job,
+                        "to_job": to_job,
+                        "at": now,
+                        "from_billed_usd": share_usd,
+                        "settled": old,
+                        "reservations": new_ids,
+                        **(evidence or {}),
+                    },
+                    idempotency_key=f"transferred:{transfer_id}",
+                ),
+                conn=conn,
+            )
         return True
 
 

@@ -131,7 +131,9 @@ class ReputationStore:
 
     def records(self, provider: str | None = None) -> dict[str, MachineRecord]:
         """Records keyed by machine id, as the ranking wants them (one provider, or all)."""
-        return {v.record.machine_id: v.record for v in self.hosts() if provider is None or v.record.provider == provider}
+        return {
+            v.record.machine_id: v.record for v in self.hosts() if provider is None or v.record.provider == provider
+        }
 
     # -- writing ---------------------------------------------------------------------------
     def update(
@@ -150,7 +152,11 @@ class ReputationStore:
             return self._update(c, provider, machine_id, change, evidence)
 
     def _update(
-        self, conn: Connection, provider: str, machine_id: str, change: Callable[[MachineRecord], MachineRecord],
+        self,
+        conn: Connection,
+        provider: str,
+        machine_id: str,
+        change: Callable[[MachineRecord], MachineRecord],
         evidence: str | None,
     ) -> MachineRecord:
         where = (_T.c.provider == provider, _T.c.machine_id == machine_id)
@@ -193,10 +199,15 @@ class ReputationStore:
             raise ValueError(f"unknown reputation event {event!r}; known: {sorted(changes)}")
         return self.update(provider, machine_id, changes[event], evidence=evidence if event == "failure" else None)
 
-    def unquarantine(self, machine_id: str, *, provider: str | None = None, ledger: Ledger | None = None) -> MachineRecord:
+    def unquarantine(
+        self, machine_id: str, *, provider: str | None = None, ledger: Ledger | None = None
+    ) -> MachineRecord:
         """The operator lifts a quarantine (history stays); recorded in the ledger when given one."""
-        matches = [v.record for v in self.hosts() if v.record.machine_id == machine_id
-                   and (provider is None or v.record.provider == provider)]
+        matches = [
+            v.record
+            for v in self.hosts()
+            if v.record.machine_id == machine_id and (provider is None or v.record.provider == provider)
+        ]
         if not matches:
             raise UserError(
                 f"no machine {machine_id!r} in the reputation store. Fix: pick an id from `tuneharness hosts`"
@@ -209,8 +220,13 @@ class ReputationStore:
             new = self._update(conn, rec.provider, machine_id, lift_quarantine, None)
             if ledger is not None:
                 ledger.append(
-                    Event(kind="host_unquarantined", provider=rec.provider, machine=machine_id, reason="operator",
-                          payload={"was": rec.quarantine_reason, "permanent": rec.quarantine_permanent}),
+                    Event(
+                        kind="host_unquarantined",
+                        provider=rec.provider,
+                        machine=machine_id,
+                        reason="operator",
+                        payload={"was": rec.quarantine_reason, "permanent": rec.quarantine_permanent},
+                    ),
                     conn=conn,
                 )
         return new

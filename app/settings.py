@@ -63,9 +63,7 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
     raw_home = env.get("TUNEHARNESS_HOME") or str(Path.home() / ".tuneharness")
     home = Path(raw_home).expanduser()
     if home.exists() and not home.is_dir():
-        raise SettingsError(
-            "TUNEHARNESS_HOME", f"{home} exists and is not a directory", "point it at a directory"
-        )
+        raise SettingsError("TUNEHARNESS_HOME", f"{home} exists and is not a directory", "point it at a directory")
 
     db_url = _normalise_db_url(env.get("TUNEHARNESS_DB_URL") or f"sqlite:///{home / 'tuneharness.db'}")
     scheme = db_url.split("://", 1)[0] if "://" in db_url else ""
@@ -76,9 +74,7 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
             "use sqlite:///PATH or postgresql://USER@HOST:PORT/DB",
         )
     if scheme == "sqlite" and not db_url.startswith("sqlite:///"):
-        raise SettingsError(
-            "TUNEHARNESS_DB_URL", f"{db_url!r} has no file path", "use sqlite:////absolute/path.db"
-        )
+        raise SettingsError("TUNEHARNESS_DB_URL", f"{db_url!r} has no file path", "use sqlite:////absolute/path.db")
 
     broker_url = env.get("TUNEHARNESS_BROKER_URL") or "redis://127.0.0.1:6379/0"
     parts = urlsplit(broker_url)
@@ -140,8 +136,7 @@ def seconds_setting(name: str, default: float, env: Mapping[str, str] | None = N
     except ValueError:
         raise SettingsError(name, f"{raw!r} is not a number of seconds", f"e.g. {name}={default:g}") from None
     if not math.isfinite(value) or value <= 0:
-        raise SettingsError(name, f"{raw!r} is not a positive, finite number of seconds",
-                            f"e.g. {name}={default:g}")
+        raise SettingsError(name, f"{raw!r} is not a positive, finite number of seconds", f"e.g. {name}={default:g}")
     return value
 
 
@@ -157,6 +152,9 @@ def sim_scale(env: Mapping[str, str] | None = None) -> float:
     except ValueError:
         value = float("nan")
     if not math.isfinite(value) or value <= 0:
-        raise SettingsError("TUNEHARNESS_SIM_SCALE", f"{raw!r} is not a positive, finite scale",
-                            "set the scale `tuneharness sim serve --scale` runs at, e.g. 5")
+        raise SettingsError(
+            "TUNEHARNESS_SIM_SCALE",
+            f"{raw!r} is not a positive, finite scale",
+            "set the scale `tuneharness sim serve --scale` runs at, e.g. 5",
+        )
     return value

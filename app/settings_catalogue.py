@@ -41,96 +41,173 @@ SECTIONS = (
 )
 
 SETTINGS: tuple[Setting, ...] = (
-    Setting("TUNEHARNESS_HOME", "`~/.tuneharness`",
-            "state directory: the SQLite database, pulled artifacts, job SSH keys, local stack logs",
-            "Control plane"),
-    Setting("TUNEHARNESS_DB_URL", "`sqlite:///$TUNEHARNESS_HOME/tuneharness.db`",
-            "ledger, budgets, jobs and rentals; `postgresql://USER@HOST:5432/DB` for a fleet on "
-            "several machines", "Control plane"),
-    Setting("TUNEHARNESS_BROKER_URL", "`redis://127.0.0.1:6379/0`", "Celery broker (Redis only)",
-            "Control plane"),
-    Setting("TUNEHARNESS_RESULT_URL", "the broker URL", "Celery result backend (Redis)",
-            "Control plane"),
-    Setting("TUNEHARNESS_FLOWER_ADDRESS", "`127.0.0.1`",
-            "Flower binds here; change it only behind a tunnel or an authenticating proxy",
-            "Control plane"),
+    Setting(
+        "TUNEHARNESS_HOME",
+        "`~/.tuneharness`",
+        "state directory: the SQLite database, pulled artifacts, job SSH keys, local stack logs",
+        "Control plane",
+    ),
+    Setting(
+        "TUNEHARNESS_DB_URL",
+        "`sqlite:///$TUNEHARNESS_HOME/tuneharness.db`",
+        "ledger, budgets, jobs and rentals; `postgresql://USER@HOST:5432/DB` for a fleet on several machines",
+        "Control plane",
+    ),
+    Setting("TUNEHARNESS_BROKER_URL", "`redis://127.0.0.1:6379/0`", "Celery broker (Redis only)", "Control plane"),
+    Setting("TUNEHARNESS_RESULT_URL", "the broker URL", "Celery result backend (Redis)", "Control plane"),
+    Setting(
+        "TUNEHARNESS_FLOWER_ADDRESS",
+        "`127.0.0.1`",
+        "Flower binds here; change it only behind a tunnel or an authenticating proxy",
+        "Control plane",
+    ),
     Setting("TUNEHARNESS_FLOWER_PORT", "`5555`", "Flower's port", "Control plane"),
-    Setting("TUNEHARNESS_FLOWER_USER", "unset",
-            "Flower basic auth user; set with the password or not at all", "Control plane"),
-    Setting("TUNEHARNESS_FLOWER_PASSWORD", "unset",
-            "Flower basic auth password (passed by environment, never on a command line)",
-            "Control plane", secret=True),
-    Setting("VAST_API_KEY", "unset", "Vast.ai API key (console.vast.ai, Account > API Keys)",
-            "Marketplaces", secret=True),
-    Setting("VAST_API_URL", "`https://console.vast.ai`", "Vast.ai API base URL (a fake's URL in tests)",
-            "Marketplaces"),
-    Setting("RUNPOD_API_KEY", "unset", "RunPod API key (runpod.io, Settings > API Keys)",
-            "Marketplaces", secret=True),
-    Setting("RUNPOD_API_URL", "`https://api.runpod.io/graphql`", "RunPod API URL (a fake's URL in tests)",
-            "Marketplaces"),
-    Setting("TUNEHARNESS_PROVIDERS", "unset",
-            "comma-separated providers the reconciler lists even when no rental is recorded there "
-            "(finds labelled instances a lost database forgot)", "Marketplaces"),
-    Setting("TUNEHARNESS_PROVIDER_RETRIES", "`5`",
-            "tries per vendor call on 429/5xx and timeouts (a create is never retried after the "
-            "vendor may have accepted it)", "Marketplaces"),
+    Setting(
+        "TUNEHARNESS_FLOWER_USER",
+        "unset",
+        "Flower basic auth user; set with the password or not at all",
+        "Control plane",
+    ),
+    Setting(
+        "TUNEHARNESS_FLOWER_PASSWORD",
+        "unset",
+        "Flower basic auth password (passed by environment, never on a command line)",
+        "Control plane",
+        secret=True,
+    ),
+    Setting(
+        "VAST_API_KEY", "unset", "Vast.ai API key (console.vast.ai, Account > API Keys)", "Marketplaces", secret=True
+    ),
+    Setting(
+        "VAST_API_URL", "`https://console.vast.ai`", "Vast.ai API base URL (a fake's URL in tests)", "Marketplaces"
+    ),
+    Setting("RUNPOD_API_KEY", "unset", "RunPod API key (runpod.io, Settings > API Keys)", "Marketplaces", secret=True),
+    Setting(
+        "RUNPOD_API_URL", "`https://api.runpod.io/graphql`", "RunPod API URL (a fake's URL in tests)", "Marketplaces"
+    ),
+    Setting(
+        "TUNEHARNESS_PROVIDERS",
+        "unset",
+        "comma-separated providers the reconciler lists even when no rental is recorded there "
+        "(finds labelled instances a lost database forgot)",
+        "Marketplaces",
+    ),
+    Setting(
+        "TUNEHARNESS_PROVIDER_RETRIES",
+        "`5`",
+        "tries per vendor call on 429/5xx and timeouts (a create is never retried after the "
+        "vendor may have accepted it)",
+        "Marketplaces",
+    ),
     Setting("TUNEHARNESS_PROVIDER_TIMEOUT_S", "`30`", "seconds per vendor HTTP request", "Marketplaces"),
-    Setting("TUNEHARNESS_PROVIDER_BACKOFF_S", "`0.5`",
-            "base of the jittered exponential backoff between tries (`0` in tests)", "Marketplaces"),
-    Setting("TUNEHARNESS_ARTIFACTS", "`$TUNEHARNESS_HOME/artifacts`",
-            "where checkpoints and adapters are pulled: a directory or `s3://BUCKET/PREFIX`",
-            "Supervisor and guardrails"),
-    Setting("TUNEHARNESS_MONITOR_S", "`30`", "supervisor poll period of a training job (seconds)",
-            "Supervisor and guardrails"),
-    Setting("TUNEHARNESS_REPOLL_S", "`10`", "look again this soon after a failed SSH poll",
-            "Supervisor and guardrails"),
-    Setting("TUNEHARNESS_SLICE_S", "`1800`",
-            "wall-clock cap of one training slice (the trainer's `--max-seconds`)",
-            "Supervisor and guardrails"),
-    Setting("TUNEHARNESS_SLICE_STEPS", "unset", "also cap each slice at this many steps",
-            "Supervisor and guardrails"),
-    Setting("TUNEHARNESS_IDLE_GRACE_S", "`1800`",
-            "the idle watchdog stops a host whose GPU stayed below 5% this long",
-            "Supervisor and guardrails"),
-    Setting("TUNEHARNESS_CREATE_LATENCY_S", "`120`",
-            "longest create latency allowed a vendor; the reconciler waits twice this before it "
-            "stops an unknown labelled instance", "Supervisor and guardrails"),
-    Setting("TUNEHARNESS_ALERT_WEBHOOK_URL", "unset",
-            "incoming-webhook URL for alerts (Slack, Discord, Telegram or plain JSON); it holds a "
-            "token, so only its host is ever logged", "Alerts", secret=True),
+    Setting(
+        "TUNEHARNESS_PROVIDER_BACKOFF_S",
+        "`0.5`",
+        "base of the jittered exponential backoff between tries (`0` in tests)",
+        "Marketplaces",
+    ),
+    Setting(
+        "TUNEHARNESS_ARTIFACTS",
+        "`$TUNEHARNESS_HOME/artifacts`",
+        "where checkpoints and adapters are pulled: a directory or `s3://BUCKET/PREFIX`",
+        "Supervisor and guardrails",
+    ),
+    Setting(
+        "TUNEHARNESS_MONITOR_S",
+        "`30`",
+        "supervisor poll period of a training job (seconds)",
+        "Supervisor and guardrails",
+    ),
+    Setting(
+        "TUNEHARNESS_REPOLL_S", "`10`", "look again this soon after a failed SSH poll", "Supervisor and guardrails"
+    ),
+    Setting(
+        "TUNEHARNESS_SLICE_S",
+        "`1800`",
+        "wall-clock cap of one training slice (the trainer's `--max-seconds`)",
+        "Supervisor and guardrails",
+    ),
+    Setting("TUNEHARNESS_SLICE_STEPS", "unset", "also cap each slice at this many steps", "Supervisor and guardrails"),
+    Setting(
+        "TUNEHARNESS_IDLE_GRACE_S",
+        "`1800`",
+        "the idle watchdog stops a host whose GPU stayed below 5% this long",
+        "Supervisor and guardrails",
+    ),
+    Setting(
+        "TUNEHARNESS_CREATE_LATENCY_S",
+        "`120`",
+        "longest create latency allowed a vendor; the reconciler waits twice this before it "
+        "stops an unknown labelled instance",
+        "Supervisor and guardrails",
+    ),
+    Setting(
+        "TUNEHARNESS_ALERT_WEBHOOK_URL",
+        "unset",
+        "incoming-webhook URL for alerts (Slack, Discord, Telegram or plain JSON); it holds a "
+        "token, so only its host is ever logged",
+        "Alerts",
+        secret=True,
+    ),
     Setting("TUNEHARNESS_ALERT_FORMAT", "`slack`", "`slack`, `discord`, `telegram` or `json`", "Alerts"),
-    Setting("TUNEHARNESS_ALERT_TELEGRAM_CHAT_ID", "unset", "the chat id, needed by the telegram format",
-            "Alerts"),
+    Setting("TUNEHARNESS_ALERT_TELEGRAM_CHAT_ID", "unset", "the chat id, needed by the telegram format", "Alerts"),
     Setting("TUNEHARNESS_ALERT_TIMEOUT_S", "`3`", "seconds per webhook delivery (0.1 to 30)", "Alerts"),
-    Setting("TUNEHARNESS_LLM_URL", "unset",
-            "OpenAI-compatible base URL; unset means no escalation (the best guess is marked "
-            "`needs_operator`)", "Triage escalation (LLM)"),
-    Setting("TUNEHARNESS_LLM_KEY", "unset", "bearer token for that endpoint",
-            "Triage escalation (LLM)", secret=True),
-    Setting("TUNEHARNESS_LLM_MODEL", "`gpt-4o-mini`", "model name sent in the request",
-            "Triage escalation (LLM)"),
-    Setting("TUNEHARNESS_LLM_PRICE_IN_USD_PER_MTOK", "`0.15`", "price of a million prompt tokens",
-            "Triage escalation (LLM)"),
-    Setting("TUNEHARNESS_LLM_PRICE_OUT_USD_PER_MTOK", "`0.6`", "price of a million completion tokens",
-            "Triage escalation (LLM)"),
-    Setting("TUNEHARNESS_LLM_DAILY_CAP_USD", "`1.0`",
-            "spend cap per UTC day for all processes together, counted in the ledger",
-            "Triage escalation (LLM)"),
+    Setting(
+        "TUNEHARNESS_LLM_URL",
+        "unset",
+        "OpenAI-compatible base URL; unset means no escalation (the best guess is marked `needs_operator`)",
+        "Triage escalation (LLM)",
+    ),
+    Setting("TUNEHARNESS_LLM_KEY", "unset", "bearer token for that endpoint", "Triage escalation (LLM)", secret=True),
+    Setting("TUNEHARNESS_LLM_MODEL", "`gpt-4o-mini`", "model name sent in the request", "Triage escalation (LLM)"),
+    Setting(
+        "TUNEHARNESS_LLM_PRICE_IN_USD_PER_MTOK", "`0.15`", "price of a million prompt tokens", "Triage escalation (LLM)"
+    ),
+    Setting(
+        "TUNEHARNESS_LLM_PRICE_OUT_USD_PER_MTOK",
+        "`0.6`",
+        "price of a million completion tokens",
+        "Triage escalation (LLM)",
+    ),
+    Setting(
+        "TUNEHARNESS_LLM_DAILY_CAP_USD",
+        "`1.0`",
+        "spend cap per UTC day for all processes together, counted in the ledger",
+        "Triage escalation (LLM)",
+    ),
     Setting("TUNEHARNESS_LLM_TIMEOUT_S", "`20`", "seconds per request", "Triage escalation (LLM)"),
-    Setting("TUNEHARNESS_SIM_URL", "unset",
-            "a shared simulated marketplace (`tuneharness sim serve` prints the URL); its scaled "
-            "clock then drives provisioning", "Simulated marketplace"),
-    Setting("TUNEHARNESS_SIM_SCALE", "`1`",
-            "the shared simulated marketplace's scale (`sim serve --scale`): beat's periods then pass in "
-            "its simulated seconds", "Simulated marketplace"),
-    Setting("TUNEHARNESS_SIM_TRACE", "the shipped `smoke` trace",
-            "trace of the in-process simulated marketplace when no `TUNEHARNESS_SIM_URL` is set",
-            "Simulated marketplace"),
-    Setting("TUNEHARNESS_ROLE", "unset", "`serving` marks a serving box: the trainer refuses to run",
-            "On the rented host (trainer)"),
-    Setting("TUNEHARNESS_SERVING_MARKER", "unset",
-            "one more marker-file path that marks a serving box (beside `/etc/tuneharness/serving`)",
-            "On the rented host (trainer)"),
+    Setting(
+        "TUNEHARNESS_SIM_URL",
+        "unset",
+        "a shared simulated marketplace (`tuneharness sim serve` prints the URL); its scaled "
+        "clock then drives provisioning",
+        "Simulated marketplace",
+    ),
+    Setting(
+        "TUNEHARNESS_SIM_SCALE",
+        "`1`",
+        "the shared simulated marketplace's scale (`sim serve --scale`): beat's periods then pass in "
+        "its simulated seconds",
+        "Simulated marketplace",
+    ),
+    Setting(
+        "TUNEHARNESS_SIM_TRACE",
+        "the shipped `smoke` trace",
+        "trace of the in-process simulated marketplace when no `TUNEHARNESS_SIM_URL` is set",
+        "Simulated marketplace",
+    ),
+    Setting(
+        "TUNEHARNESS_ROLE",
+        "unset",
+        "`serving` marks a serving box: the trainer refuses to run",
+        "On the rented host (trainer)",
+    ),
+    Setting(
+        "TUNEHARNESS_SERVING_MARKER",
+        "unset",
+        "one more marker-file path that marks a serving box (beside `/etc/tuneharness/serving`)",
+        "On the rented host (trainer)",
+    ),
 )
 
 # Set by tuneharness itself, not by users; listed so that maintainers know what each one is.
@@ -164,9 +241,15 @@ def render_markdown() -> str:
         rows = [s for s in SETTINGS if s.section == section]
         out += ["", f"## {section}", "", "| variable | default | meaning |", "|---|---|---|"]
         out += [f"| `{s.name}`{' (secret)' if s.secret else ''} | {s.default} | {s.meaning} |" for s in rows]
-    out += ["", "## Set by tuneharness itself", "",
-            "Not for users; listed so that a maintainer reading a host's environment knows each one.",
-            "", "| variable | what |", "|---|---|"]
+    out += [
+        "",
+        "## Set by tuneharness itself",
+        "",
+        "Not for users; listed so that a maintainer reading a host's environment knows each one.",
+        "",
+        "| variable | what |",
+        "|---|---|",
+    ]
     out += [f"| `{name}` | {what} |" for name, what in INTERNAL.items()]
     return "\n".join(out) + "\n"
 

@@ -213,7 +213,9 @@ class SSHHostShell:
             ) from None
         except paramiko.AuthenticationException as exc:
             client.close()
-            raise SSHAuthFailed(f"{self._where} refused the job's key ({exc}). Fix: attach the job's public key to the instance") from None
+            raise SSHAuthFailed(
+                f"{self._where} refused the job's key ({exc}). Fix: attach the job's public key to the instance"
+            ) from None
         except (paramiko.SSHException, OSError, EOFError) as exc:
             client.close()
             raise HostUnreachable(f"{self._where} unreachable: {exc or type(exc).__name__}") from exc
@@ -261,7 +263,9 @@ class SSHHostShell:
         except (paramiko.SSHException, OSError, EOFError) as exc:
             self.close()
             raise HostUnreachable(f"{self._where}: {exc or type(exc).__name__}") from exc
-        return CommandResult(exit_code=code, stdout=out.decode("utf-8", "replace"), stderr=err.decode("utf-8", "replace"))
+        return CommandResult(
+            exit_code=code, stdout=out.decode("utf-8", "replace"), stderr=err.decode("utf-8", "replace")
+        )
 
     def _sftp_client(self) -> paramiko.SFTPClient:
         if self._sftp is None:

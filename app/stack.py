@@ -103,8 +103,12 @@ class Stack:
         log = self.run_dir / f"{name}.log"
         with log.open("ab") as fh:
             proc = subprocess.Popen(
-                argv, stdout=fh, stderr=subprocess.STDOUT, env=dict(env or self.env()),
-                cwd=str(Path.cwd()), start_new_session=True,
+                argv,
+                stdout=fh,
+                stderr=subprocess.STDOUT,
+                env=dict(env or self.env()),
+                cwd=str(Path.cwd()),
+                start_new_session=True,
             )
         child = Child(name, proc, log)
         self.children.append(child)
@@ -131,8 +135,23 @@ class Stack:
         data.mkdir(parents=True, exist_ok=True)
         child = self._spawn(
             "redis",
-            [exe, "--bind", "127.0.0.1", "--port", str(port), "--dir", str(data), "--appendonly", "yes",
-             "--save", "", "--maxmemory-policy", "noeviction", "--protected-mode", "yes"],
+            [
+                exe,
+                "--bind",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--dir",
+                str(data),
+                "--appendonly",
+                "yes",
+                "--save",
+                "",
+                "--maxmemory-policy",
+                "noeviction",
+                "--protected-mode",
+                "yes",
+            ],
             env={k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR")},
         )
         self.broker_url = f"redis://127.0.0.1:{port}/0"
@@ -145,21 +164,54 @@ class Stack:
         py = sys.executable
         self._spawn(
             "worker",
-            [py, "-m", "celery", "-A", "workers.celery_app", "worker", "-Q", ALL_QUEUES, "-E",
-             "--loglevel", "INFO", "--concurrency", str(self.worker_concurrency), "-n", f"th-worker-{os.getpid()}@%h"],
+            [
+                py,
+                "-m",
+                "celery",
+                "-A",
+                "workers.celery_app",
+                "worker",
+                "-Q",
+                ALL_QUEUES,
+                "-E",
+                "--loglevel",
+                "INFO",
+                "--concurrency",
+                str(self.worker_concurrency),
+                "-n",
+                f"th-worker-{os.getpid()}@%h",
+            ],
         )
         if self.beat:
             self._spawn(
                 "beat",
-                [py, "-m", "celery", "-A", "workers.celery_app", "beat", "--loglevel", "INFO",
-                 "-s", str(self.run_dir / "celerybeat-schedule")],
+                [
+                    py,
+                    "-m",
+                    "celery",
+                    "-A",
+                    "workers.celery_app",
+                    "beat",
+                    "--loglevel",
+                    "INFO",
+                    "-s",
+                    str(self.run_dir / "celerybeat-schedule"),
+                ],
             )
         if self.flower:
             s = self.settings
             self._spawn(
                 "flower",
-                [py, "-m", "celery", "-A", "workers.celery_app", "flower",
-                 f"--address={s.flower_address}", f"--port={s.flower_port}"],
+                [
+                    py,
+                    "-m",
+                    "celery",
+                    "-A",
+                    "workers.celery_app",
+                    "flower",
+                    f"--address={s.flower_address}",
+                    f"--port={s.flower_port}",
+                ],
                 env=self.flower_env(),
             )
 

@@ -102,8 +102,14 @@ def _version(dist: str) -> str | None:
 
 def machine() -> dict[str, Any]:
     """The machine a bench runs on: CPU model, cores, RAM, OS, Python and torch versions."""
-    return {"cpu": _cpu_model(), "cores": os.cpu_count(), "ram_gib": _ram_gib(), "os": _os_name(),
-            "python": platform.python_version(), "torch": _version("torch")}
+    return {
+        "cpu": _cpu_model(),
+        "cores": os.cpu_count(),
+        "ram_gib": _ram_gib(),
+        "os": _os_name(),
+        "python": platform.python_version(),
+        "torch": _version("torch"),
+    }
 
 
 def start() -> Started:
@@ -130,18 +136,30 @@ def to_json(value: Any, depth: int = 0) -> str:
     return json.dumps(value, ensure_ascii=False)
 
 
-def write(name: str, tables: list[dict[str, Any]], *, started: Started, raw: Any = None,
-          machine_extra: dict[str, Any] | None = None, results_dir: Path | None = None) -> Path:
+def write(
+    name: str,
+    tables: list[dict[str, Any]],
+    *,
+    started: Started,
+    raw: Any = None,
+    machine_extra: dict[str, Any] | None = None,
+    results_dir: Path | None = None,
+) -> Path:
     """Write `<results_dir>/<name>.json` (atomically) and return its path. The directory defaults
     to $BENCH_RESULTS_DIR, else bench/results/ (a trial run elsewhere leaves the committed files be)."""
     results_dir = results_dir or Path(os.environ.get("BENCH_RESULTS_DIR") or RESULTS_DIR)
     doc = {
-        "schema": RESULTS_SCHEMA, "bench": name, "command": started.command,
+        "schema": RESULTS_SCHEMA,
+        "bench": name,
+        "command": started.command,
         "cpu_affinity": sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
-        "started_utc": started.started_utc, "finished_utc": _utc_now(),
+        "started_utc": started.started_utc,
+        "finished_utc": _utc_now(),
         "machine": {**machine(), **(machine_extra or {})},
-        "load_before": list(started.load_before), "load_after": list(_load()),
-        "tables": tables, "raw": raw,
+        "load_before": list(started.load_before),
+        "load_after": list(_load()),
+        "tables": tables,
+        "raw": raw,
     }
     results_dir.mkdir(parents=True, exist_ok=True)
     path = results_dir / f"{name}.json"

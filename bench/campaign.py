@@ -51,6 +51,7 @@ PROGRESS_HEDGE: int | None = None  # --progress-hedge N: extra rentals per slow 
 def run_campaign(trace: Trace, **kw: Any) -> Any:
     return _run_campaign(trace, progress_hedge_max=PROGRESS_HEDGE, **kw)
 
+
 POLICIES = ("guarded", "naive", "oracle")
 SHIPPED = ("smoke", "marketplace", "adversarial", "recovery", "hangs")
 COLUMNS = (
@@ -79,8 +80,9 @@ Table = tuple[list[str], list[list[str]], str]  # columns, rows (as printed), a 
 
 
 def markdown(columns: list[str], rows: list[list[str]]) -> str:
-    return "\n".join(["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns),
-                      *("| " + " | ".join(r) + " |" for r in rows)])
+    return "\n".join(
+        ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns), *("| " + " | ".join(r) + " |" for r in rows)]
+    )
 
 
 def table(traces: list[tuple[str, Trace]]) -> Table:
@@ -119,24 +121,53 @@ def recovery_ok(r: dict[str, Any], f: dict[str, Any], *, standby_hosts: int) -> 
 
 
 def recovery_table(traces: list[tuple[str, Trace]]) -> Table:
-    head = ["trace", "standby hosts", "recoveries", "worst detection s", "recovery median s", "p90 s",
-            "median minus replacement pull s", "standby $", "dead-host $", "total $", "targets"]
+    head = [
+        "trace",
+        "standby hosts",
+        "recoveries",
+        "worst detection s",
+        "recovery median s",
+        "p90 s",
+        "median minus replacement pull s",
+        "standby $",
+        "dead-host $",
+        "total $",
+        "targets",
+    ]
     rows = []
     for name, trace in traces:
         for standby in (0, 1):
             r, f = recovery_row(trace, standby_hosts=standby)
-            rows.append([
-                name, str(standby), str(f["n"]), _fmt(f["detect_max_s"]), _fmt(r["recovery_median_s"]),
-                _fmt(r["recovery_p90_s"]), _fmt(f["median_over_pull_s"]), f"{r['standby_cost_usd']:.4f}",
-                f"{r['dead_host_cost_usd']:.4f}", f"{r['total_cost_usd']:.4f}",
-                "yes" if recovery_ok(r, f, standby_hosts=standby) else "NO",
-            ])
+            rows.append(
+                [
+                    name,
+                    str(standby),
+                    str(f["n"]),
+                    _fmt(f["detect_max_s"]),
+                    _fmt(r["recovery_median_s"]),
+                    _fmt(r["recovery_p90_s"]),
+                    _fmt(f["median_over_pull_s"]),
+                    f"{r['standby_cost_usd']:.4f}",
+                    f"{r['dead_host_cost_usd']:.4f}",
+                    f"{r['total_cost_usd']:.4f}",
+                    "yes" if recovery_ok(r, f, standby_hosts=standby) else "NO",
+                ]
+            )
     return head, rows, ""
 
 
 def seeds_summary(n: int, *, first: int = 1) -> Table:
-    head = ["generator", "seed", "guarded $", "naive $", "oracle $", "guarded/naive", "guarded/oracle",
-            "life - oracle s", "all targets"]
+    head = [
+        "generator",
+        "seed",
+        "guarded $",
+        "naive $",
+        "oracle $",
+        "guarded/naive",
+        "guarded/oracle",
+        "life - oracle s",
+        "all targets",
+    ]
     rows = []
     failing: dict[str, list[int]] = {}
     sums: dict[str, float] = {}
@@ -149,20 +180,34 @@ def seeds_summary(n: int, *, first: int = 1) -> Table:
             to_oracle = g["dead_host_cost_usd"] / o["dead_host_cost_usd"] if o["dead_host_cost_usd"] else 1.0
             life = g["dead_host_mean_lifetime_s"] - o["dead_host_mean_lifetime_s"]
             ok = (
-                to_naive <= 0.25 and to_oracle <= 1.5 and life <= 150 and g["good_hosts_destroyed"] == 0
-                and g["jobs_failed"] == 0 and not g["budget_exceeded"]
+                to_naive <= 0.25
+                and to_oracle <= 1.5
+                and life <= 150
+                and g["good_hosts_destroyed"] == 0
+                and g["jobs_failed"] == 0
+                and not g["budget_exceeded"]
             )
             if not ok:
                 failing.setdefault(gen.__name__, []).append(seed)
             for p in POLICIES:
                 key = f"{gen.__name__} {p}"
                 sums[key] = sums.get(key, 0.0) + float(r[p]["dead_host_cost_usd"])
-                sums[f"{gen.__name__} {p} total"] = sums.get(f"{gen.__name__} {p} total", 0.0) + float(r[p]["total_cost_usd"])
-            rows.append([
-                gen.__name__, str(seed), f"{g['dead_host_cost_usd']:.4f}", f"{nv['dead_host_cost_usd']:.4f}",
-                f"{o['dead_host_cost_usd']:.4f}", f"{to_naive:.2f}", f"{to_oracle:.2f}", f"{life:.0f}",
-                "yes" if ok else "NO",
-            ])
+                sums[f"{gen.__name__} {p} total"] = sums.get(f"{gen.__name__} {p} total", 0.0) + float(
+                    r[p]["total_cost_usd"]
+                )
+            rows.append(
+                [
+                    gen.__name__,
+                    str(seed),
+                    f"{g['dead_host_cost_usd']:.4f}",
+                    f"{nv['dead_host_cost_usd']:.4f}",
+                    f"{o['dead_host_cost_usd']:.4f}",
+                    f"{to_naive:.2f}",
+                    f"{to_oracle:.2f}",
+                    f"{life:.0f}",
+                    "yes" if ok else "NO",
+                ]
+            )
     count = n - first + 1
     summary = ", ".join(f"{g}: {len(s)} of {count} fail (seeds {s})" for g, s in failing.items()) or "none fail"
     return head, rows, f"Failing traces (seeds {first}-{n}): {summary}; dead-host $ summed: {sums_text(sums)}"
@@ -173,8 +218,16 @@ def sums_text(sums: dict[str, float]) -> str:
 
 
 def recovery_seeds_summary(n: int, *, first: int = 1) -> Table:
-    head = ["generator", "seed", "recoveries", "median minus pull s (no standby)", "median s (1 standby)",
-            "worst detection s", "no standby ok", "1 standby ok"]
+    head = [
+        "generator",
+        "seed",
+        "recoveries",
+        "median minus pull s (no standby)",
+        "median s (1 standby)",
+        "worst detection s",
+        "no standby ok",
+        "1 standby ok",
+    ]
     rows = []
     fails = {0: 0, 1: 0}
     missed: dict[int, list[int]] = {0: [], 1: []}
@@ -196,13 +249,26 @@ def recovery_seeds_summary(n: int, *, first: int = 1) -> Table:
             for k in ("standby_cost_usd", "dead_host_cost_usd", "total_cost_usd"):
                 sums[f"{sb} standby {k}"] = sums.get(f"{sb} standby {k}", 0.0) + float(r[k])
         detect = max(x for x in (f0["detect_max_s"], f1["detect_max_s"]) if x is not None)
-        rows.append([
-            "recovery", str(seed), f"{f0['n']}/{f1['n']}", _fmt(f0["median_over_pull_s"]), _fmt(f1["median_s"]),
-            _fmt(detect), "yes" if ok0 else "NO", "yes" if ok1 else "NO",
-        ])
-    return head, rows, (
-        f"Of {counted} generated recovery traces with a loss (seeds {first}-{n}): {fails[0]} miss the no-standby "
-        f"target (seeds {missed[0]}), {fails[1]} miss the one-standby target (seeds {missed[1]}); summed: {sums_text(sums)}"
+        rows.append(
+            [
+                "recovery",
+                str(seed),
+                f"{f0['n']}/{f1['n']}",
+                _fmt(f0["median_over_pull_s"]),
+                _fmt(f1["median_s"]),
+                _fmt(detect),
+                "yes" if ok0 else "NO",
+                "yes" if ok1 else "NO",
+            ]
+        )
+    return (
+        head,
+        rows,
+        (
+            f"Of {counted} generated recovery traces with a loss (seeds {first}-{n}): {fails[0]} miss the no-standby "
+            f"target (seeds {missed[0]}), {fails[1]} miss the one-standby target (seeds {missed[1]}); "
+            f"summed: {sums_text(sums)}"
+        ),
     )
 
 
@@ -222,8 +288,11 @@ def first_wave(trace: Trace, *, label: str) -> list[dict[str, Any]]:
     out = []
     for rec, facts in zip(res.receipt["recoveries"], res.recovery_facts, strict=True):
         noticed = rec["lost_at_s"] + facts["detect_s"]
-        start = next(e for e in res.ledger if e["kind"] == "training_started" and e["job"] == rec["job"]
-                     and abs(e["t_s"] - rec["resumed_at_s"]) < 1e-6)
+        start = next(
+            e
+            for e in res.ledger
+            if e["kind"] == "training_started" and e["job"] == rec["job"] and abs(e["t_s"] - rec["resumed_at_s"]) < 1e-6
+        )
         made = created[start["instance"]]
         ready_to_step = rec["resumed_at_s"] - (made["t_s"] + facts["replacement_pull_s"])
         healthy_pulls = []
@@ -232,25 +301,45 @@ def first_wave(trace: Trace, *, label: str) -> list[dict[str, Any]]:
                 continue
             host = trace.host(e["machine"])
             pull = pull_seconds(download_gb=dl, pull_mbps=host.truth.pull_mbps)
-            if is_dead_host(host.truth, offered_gpu=host.offer.gpu_name, offered_ram_gb=host.offer.gpu_ram_gb, pull_s=pull) is None:
+            if (
+                is_dead_host(
+                    host.truth, offered_gpu=host.offer.gpu_name, offered_ram_gb=host.offer.gpu_ram_gb, pull_s=pull
+                )
+                is None
+            ):
                 healthy_pulls.append(pull)
         took = rec["resumed_at_s"] - rec["lost_at_s"]
         best = min(healthy_pulls, default=None)
-        out.append({
-            "trace": label, "job": rec["job"], "recovery_s": took, "over_pull_s": took - facts["replacement_pull_s"],
-            "rented_after_s": made["t_s"] - noticed, "first_wave": sum(1 for e in created.values() if abs(e["t_s"] - noticed) <= 1e-6),
-            "first_wave_healthy": len(healthy_pulls),
-            "first_wave_recovery_s": None if best is None else noticed + best + ready_to_step - rec["lost_at_s"],
-        })
+        out.append(
+            {
+                "trace": label,
+                "job": rec["job"],
+                "recovery_s": took,
+                "over_pull_s": took - facts["replacement_pull_s"],
+                "rented_after_s": made["t_s"] - noticed,
+                "first_wave": sum(1 for e in created.values() if abs(e["t_s"] - noticed) <= 1e-6),
+                "first_wave_healthy": len(healthy_pulls),
+                "first_wave_recovery_s": None if best is None else noticed + best + ready_to_step - rec["lost_at_s"],
+            }
+        )
     return out
 
 
 def first_wave_summary(n: int, *, first: int = 1) -> Table:
-    head = ["trace", "job", "recovery s", "minus its pull s", "replacement rented s after the loss was noticed",
-            "first wave (healthy)", "resuming on the first wave's fastest healthy host s"]
+    head = [
+        "trace",
+        "job",
+        "recovery s",
+        "minus its pull s",
+        "replacement rented s after the loss was noticed",
+        "first wave (healthy)",
+        "resuming on the first wave's fastest healthy host s",
+    ]
     rows = []
     traces = [("marketplace", load_trace("marketplace")), ("recovery", load_trace("recovery"))]
-    traces += [(f"{g.__name__}({seed})", parse_trace(g(seed))) for seed in range(first, n + 1) for g in (marketplace, recovery)]
+    traces += [
+        (f"{g.__name__}({seed})", parse_trace(g(seed))) for seed in range(first, n + 1) for g in (marketplace, recovery)
+    ]
     total = misses = sooner = no_healthy = 0
     for label, trace in traces:
         for r in first_wave(trace, label=label):
@@ -261,29 +350,57 @@ def first_wave_summary(n: int, *, first: int = 1) -> Table:
             fw = r["first_wave_recovery_s"]
             no_healthy += fw is None
             sooner += fw is not None and r["recovery_s"] < fw
-            rows.append([label, str(r["job"]), f"{r['recovery_s']:.0f}", f"{r['over_pull_s']:.0f}",
-                         f"{r['rented_after_s']:.0f}", f"{r['first_wave']} ({r['first_wave_healthy']})", _fmt(fw)])
-    return head, rows, (
-        f"Of {total} no-standby recoveries (the shipped marketplace and recovery traces, and generated seeds "
-        f"{first}-{n} of both), {misses} took longer than their replacement's pull + 90 s. In {sooner} of those the job "
-        f"resumed SOONER than it would have on the fastest healthy host of the first wave (that host would have met "
-        f"the target, being slower); in {no_healthy} the first wave held no healthy host. A negative 'rented after' is a "
-        f"host rented before the loss: a finished job's held host, adopted when it came free."
+            rows.append(
+                [
+                    label,
+                    str(r["job"]),
+                    f"{r['recovery_s']:.0f}",
+                    f"{r['over_pull_s']:.0f}",
+                    f"{r['rented_after_s']:.0f}",
+                    f"{r['first_wave']} ({r['first_wave_healthy']})",
+                    _fmt(fw),
+                ]
+            )
+    return (
+        head,
+        rows,
+        (
+            f"Of {total} no-standby recoveries (the shipped marketplace and recovery traces, and generated seeds "
+            f"{first}-{n} of both), {misses} took longer than their replacement's pull + 90 s. In {sooner} of those "
+            f"the job resumed SOONER than it would have on the fastest healthy host of the first wave (that host "
+            f"would have met the target, being slower); in {no_healthy} the first wave held no healthy host. A "
+            f"negative 'rented after' is a host rented before the loss: a finished job's held host, adopted when "
+            f"it came free."
+        ),
     )
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--seeds", type=int, default=0, help="also run generated variants of each generator, up to seed N")
-    p.add_argument("--from-seed", type=int, default=1, help="first seed of the marketplace/adversarial sweep (default 1)")
-    p.add_argument("--recovery-seeds", type=int, default=None,
-                   help="last seed of the recovery(seed) sweep (default: min(--seeds, 30))")
+    p.add_argument(
+        "--from-seed", type=int, default=1, help="first seed of the marketplace/adversarial sweep (default 1)"
+    )
+    p.add_argument(
+        "--recovery-seeds",
+        type=int,
+        default=None,
+        help="last seed of the recovery(seed) sweep (default: min(--seeds, 30))",
+    )
     p.add_argument("--recovery-from", type=int, default=1, help="first seed of the recovery(seed) sweep (default 1)")
-    p.add_argument("--only", choices=("all", "shipped", "sweep", "recovery", "first-wave"), default="all",
-                   help="shipped: the shipped-trace tables; sweep: marketplace/adversarial seeds; recovery: recovery "
-                        "seeds; first-wave: each no-standby recovery miss beside waiting for the first wave")
-    p.add_argument("--progress-hedge", type=int, default=None,
-                   help="extra rentals per waiting recovery whose chains pull slowly (default: the policy's, 0)")
+    p.add_argument(
+        "--only",
+        choices=("all", "shipped", "sweep", "recovery", "first-wave"),
+        default="all",
+        help="shipped: the shipped-trace tables; sweep: marketplace/adversarial seeds; recovery: recovery "
+        "seeds; first-wave: each no-standby recovery miss beside waiting for the first wave",
+    )
+    p.add_argument(
+        "--progress-hedge",
+        type=int,
+        default=None,
+        help="extra rentals per waiting recovery whose chains pull slowly (default: the policy's, 0)",
+    )
     args = p.parse_args(argv)
     global PROGRESS_HEDGE
     PROGRESS_HEDGE = args.progress_hedge
@@ -300,18 +417,26 @@ def main(argv: list[str] | None = None) -> int:
     if args.only in ("all", "shipped"):
         traces = [(name, load_trace(name)) for name in SHIPPED]
         show("Policies on the shipped traces", table(traces))
-        show("Recoveries on the shipped traces, with and without a standby host",
-             recovery_table([t for t in traces if t[0] in ("marketplace", "recovery", "hangs")]))
+        show(
+            "Recoveries on the shipped traces, with and without a standby host",
+            recovery_table([t for t in traces if t[0] in ("marketplace", "recovery", "hangs")]),
+        )
     if args.seeds and args.only in ("all", "sweep"):
-        show(f"Policies on generated traces, seeds {args.from_seed}-{args.seeds}",
-             seeds_summary(args.seeds, first=args.from_seed))
+        show(
+            f"Policies on generated traces, seeds {args.from_seed}-{args.seeds}",
+            seeds_summary(args.seeds, first=args.from_seed),
+        )
     recovery_last = args.recovery_seeds if args.recovery_seeds is not None else min(args.seeds, 30)
     if args.only == "first-wave":
-        show(f"No-standby recoveries over their target, seeds {args.recovery_from}-{recovery_last}",
-             first_wave_summary(recovery_last, first=args.recovery_from))
+        show(
+            f"No-standby recoveries over their target, seeds {args.recovery_from}-{recovery_last}",
+            first_wave_summary(recovery_last, first=args.recovery_from),
+        )
     elif recovery_last and args.only in ("all", "recovery"):
-        show(f"Recoveries on generated recovery traces, seeds {args.recovery_from}-{recovery_last}",
-             recovery_seeds_summary(recovery_last, first=args.recovery_from))
+        show(
+            f"Recoveries on generated recovery traces, seeds {args.recovery_from}-{recovery_last}",
+            recovery_seeds_summary(recovery_last, first=args.recovery_from),
+        )
     name = "campaign" if args.only == "shipped" else f"campaign_{args.only.replace('-', '_')}"
     _results.write(name, measured, started=started)
     return 0

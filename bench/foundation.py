@@ -62,8 +62,12 @@ def bench_celery(n: int) -> float:
 
     tmp = Path(tempfile.mkdtemp())
     redis = start_redis(tmp)
-    env = {**os.environ, "TUNEHARNESS_HOME": str(tmp / "home"), "TUNEHARNESS_BROKER_URL": redis.url,
-           "PYTHONPATH": str(REPO)}
+    env = {
+        **os.environ,
+        "TUNEHARNESS_HOME": str(tmp / "home"),
+        "TUNEHARNESS_BROKER_URL": redis.url,
+        "PYTHONPATH": str(REPO),
+    }
     worker = CeleryWorker.start(env, cwd=REPO, queues="maintenance", concurrency=2, name="bench")
     try:
         client = Celery("bench")
@@ -97,32 +101,45 @@ def main() -> None:
         rows.append((f"ledger verify ({name})", f"{verify:,.0f} rows/s"))
         reserve = bench_reserve(url, args.n // 2)
         rows.append((f"budget reserve ({name})", f"{reserve:,.0f} reservations/s"))
-        rates[name] = {"ledger_append_per_s": appends, "ledger_verify_rows_per_s": verify,
-                       "budget_reserve_per_s": reserve}
+        rates[name] = {
+            "ledger_append_per_s": appends,
+            "ledger_verify_rows_per_s": verify,
+            "budget_reserve_per_s": reserve,
+        }
     celery = bench_celery(args.n)
     rows.append(("Celery ping round trip (Redis, 2 worker processes)", f"{celery:,.0f} tasks/s"))
     print("| what | rate |\n|---|---|")
     for what, rate in rows:
         print(f"| {what} | {rate} |")
-    _results.write("foundation", result_tables(rates, celery, n=args.n), started=started,
-                   raw={"n": args.n, "databases": rates, "celery_tasks_per_s": celery})
+    _results.write(
+        "foundation",
+        result_tables(rates, celery, n=args.n),
+        started=started,
+        raw={"n": args.n, "databases": rates, "celery_tasks_per_s": celery},
+    )
 
 
 def result_tables(rates: dict[str, dict[str, float]], celery: float, *, n: int) -> list[dict[str, Any]]:
     """The measured rates as the tables `bench/report.py` renders."""
     names = list(rates)
-    ops = (("ledger append (one event per transaction)", "events/s", "ledger_append_per_s"),
-           ("ledger verify (the hash chain re-read)", "rows/s", "ledger_verify_rows_per_s"),
-           ("budget reservation", "reservations/s", "budget_reserve_per_s"))
+    ops = (
+        ("ledger append (one event per transaction)", "events/s", "ledger_append_per_s"),
+        ("ledger verify (the hash chain re-read)", "rows/s", "ledger_verify_rows_per_s"),
+        ("budget reservation", "reservations/s", "budget_reserve_per_s"),
+    )
     db = _results.table(
-        "Ledger and budget throughput", ["operation", "unit", *names],
+        "Ledger and budget throughput",
+        ["operation", "unit", *names],
         [[what, unit, *(round(rates[name][key]) for name in names)] for what, unit, key in ops],
         note=f"{n:,} appends and verified rows, {n // 2:,} reservations per database; SQLite: a WAL file "
-             "in a temporary directory.")
+        "in a temporary directory.",
+    )
     queue = _results.table(
-        "Celery round trip", ["what", "tasks/s"],
+        "Celery round trip",
+        ["what", "tasks/s"],
         [["`tuneharness.maintenance.ping` sent and awaited through Redis, 2 worker processes", round(celery)]],
-        note=f"{n:,} tasks sent at once, then every result awaited; a private redis-server and a real worker.")
+        note=f"{n:,} tasks sent at once, then every result awaited; a private redis-server and a real worker.",
+    )
     return [db, queue]
 
 

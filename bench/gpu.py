@@ -58,9 +58,13 @@ class GpuSampler:
     def _loop(self) -> None:
         while not self._stop.is_set():
             try:
-                out = subprocess.run(["nvidia-smi", "--query-gpu=memory.used,utilization.gpu",
-                                      "--format=csv,noheader,nounits"], capture_output=True, text=True,
-                                     timeout=5, check=False).stdout.split(",")
+                out = subprocess.run(
+                    ["nvidia-smi", "--query-gpu=memory.used,utilization.gpu", "--format=csv,noheader,nounits"],
+                    capture_output=True,
+                    text=True,
+                    timeout=5,
+                    check=False,
+                ).stdout.split(",")
                 self.peak_mib = max(self.peak_mib, float(out[0]))
                 self.util.append(float(out[1]))
             except (OSError, ValueError, IndexError, subprocess.SubprocessError):
@@ -89,8 +93,9 @@ def preflights(env: dict[str, str], out: Path, *, offer_gpu: str | None, offer_v
 
     runs: list[dict[str, Any]] = []
     for size in (4096, 4096, 4096, 8192):
-        code, wall, stdout = _run([sys.executable, "-m", "trainer", "preflight", "--size", str(size)], env,
-                                  out / "preflight.stderr")
+        code, wall, stdout = _run(
+            [sys.executable, "-m", "trainer", "preflight", "--size", str(size)], env, out / "preflight.stderr"
+        )
         report = json.loads(stdout.strip().splitlines()[-1]) if stdout.strip() else {}
         runs.append({"size": size, "exit": code, "wall_s": round(wall, 2), "report": report})
         print(f"preflight {size}: exit {code} in {wall:.1f}s: {report}", flush=True)
@@ -100,9 +105,16 @@ def preflights(env: dict[str, str], out: Path, *, offer_gpu: str | None, offer_v
     verdicts = []
     for r in runs[:3]:
         v = judge_preflight(PreflightReport.from_mapping(r["report"]), offered_gpu_name=name, offered_gpu_ram_gb=vram)
-        verdicts.append({"passed": v.passed, "failure": v.failure, "evidence": v.evidence, "warnings": list(v.warnings)})
-    return {"runs": runs, "offer": {"gpu": name, "vram_gb": vram}, "canonical": canonical_gpu(name),
-            "expected_tflops_bf16": expected_tflops_bf16(first.get("gpu_name") or name), "verdicts": verdicts}
+        verdicts.append(
+            {"passed": v.passed, "failure": v.failure, "evidence": v.evidence, "warnings": list(v.warnings)}
+        )
+    return {
+        "runs": runs,
+        "offer": {"gpu": name, "vram_gb": vram},
+        "canonical": canonical_gpu(name),
+        "expected_tflops_bf16": expected_tflops_bf16(first.get("gpu_name") or name),
+        "verdicts": verdicts,
+    }
 
 
 def write_job(root: Path, *, model: Path, steps: int, checkpoint_every: int, batch: int, seq: int) -> dict[str, Any]:
@@ -115,12 +127,25 @@ def write_job(root: Path, *, model: Path, steps: int, checkpoint_every: int, bat
     root.mkdir(parents=True, exist_ok=True)
     (root / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     return {
-        "base_model": str(model), "task": "causal_lm", "train_file": str(root / "train.jsonl"),
-        "max_steps": steps, "checkpoint_every": checkpoint_every, "seed": 3, "learning_rate": 2e-4,
-        "lr_schedule": "cosine", "warmup_steps": min(5, steps), "batch_size": batch, "grad_accum": 1,
-        "max_seq_len": seq, "quantization": "nf4",
-        "lora": {"r": 16, "alpha": 32, "dropout": 0.05,
-                 "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]},
+        "base_model": str(model),
+        "task": "causal_lm",
+        "train_file": str(root / "train.jsonl"),
+        "max_steps": steps,
+        "checkpoint_every": checkpoint_every,
+        "seed": 3,
+        "learning_rate": 2e-4,
+        "lr_schedule": "cosine",
+        "warmup_steps": min(5, steps),
+        "batch_size": batch,
+        "grad_accum": 1,
+        "max_seq_len": seq,
+        "quantization": "nf4",
+        "lora": {
+            "r": 16,
+            "alpha": 32,
+            "dropout": 0.05,
+            "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
+        },
     }
 
 
@@ -135,10 +160,12 @@ def _step_rates(job: Path) -> dict[str, Any]:
             steps += int(block[-1]["step"]) - int(block[0]["step"])
             seconds += dt
             tokens += sum(float(b["tokens_per_s"]) for b in block[1:]) / (len(block) - 1) * dt
-    return {"steps_per_s": round(steps / seconds, 3) if seconds else None,
-            "tokens_per_s": round(tokens / seconds, 1) if seconds else None,
-            "first_step_at_s": [float(block[0]["elapsed_s"]) for block in blocks],
-            "final_loss": float(blocks[-1][-1]["loss"]) if blocks else None}
+    return {
+        "steps_per_s": round(steps / seconds, 3) if seconds else None,
+        "tokens_per_s": round(tokens / seconds, 1) if seconds else None,
+        "first_step_at_s": [float(block[0]["elapsed_s"]) for block in blocks],
+        "final_loss": float(blocks[-1][-1]["loss"]) if blocks else None,
+    }
 
 
 def _adapter_diff(a: Path, b: Path) -> float | None:
@@ -153,8 +180,15 @@ def _adapter_diff(a: Path, b: Path) -> float | None:
     return max(float((ta[k].float() - tb[k].float()).abs().max()) for k in ta)
 
 
-def train_runs(env: dict[str, str], out: Path, job: dict[str, Any], *, slice_steps: int, variants: list[str],
-               report: dict[str, Any]) -> dict[str, Any]:
+def train_runs(
+    env: dict[str, str],
+    out: Path,
+    job: dict[str, Any],
+    *,
+    slice_steps: int,
+    variants: list[str],
+    report: dict[str, Any],
+) -> dict[str, Any]:
     results: dict[str, Any] = report.setdefault("runs", {})
     for name in variants:
         det = name.endswith("_det")
@@ -169,22 +203,32 @@ def train_runs(env: dict[str, str], out: Path, job: dict[str, Any], *, slice_ste
                 code, wall, _ = _run([*entry, "run", "--job-dir", str(d)], run_env, d / "stderr.txt")
                 codes.append(code)
             elif kind == "C":
-                code, wall, _ = _run([*entry, "slices", "--job-dir", str(d), "--slice-steps", str(slice_steps)],
-                                     run_env, d / "stderr.txt")
+                code, wall, _ = _run(
+                    [*entry, "slices", "--job-dir", str(d), "--slice-steps", str(slice_steps)],
+                    run_env,
+                    d / "stderr.txt",
+                )
                 codes.append(code)
             else:  # D: a new process per slice, as on a new host
                 for _ in range(job["max_steps"] // slice_steps + 2):
-                    code, w, _ = _run([*entry, "run", "--job-dir", str(d), "--slice-steps", str(slice_steps)],
-                                      run_env, d / "stderr.txt")
+                    code, w, _ = _run(
+                        [*entry, "run", "--job-dir", str(d), "--slice-steps", str(slice_steps)],
+                        run_env,
+                        d / "stderr.txt",
+                    )
                     codes.append(code)
                     wall += w
                     if code != 3:
                         break
         ref = out / ("A_det" if det else "A")
-        results[name] = {"exit_codes": codes, "wall_s": round(wall, 2), "gpu_mem_peak_mib": gpu.peak_mib,
-                         "gpu_util_mean": round(sum(gpu.util) / len(gpu.util), 1) if gpu.util else None,
-                         **_step_rates(d),
-                         "adapter_max_abs_diff_vs_A": None if name == ref.name else _adapter_diff(ref, d)}
+        results[name] = {
+            "exit_codes": codes,
+            "wall_s": round(wall, 2),
+            "gpu_mem_peak_mib": gpu.peak_mib,
+            "gpu_util_mean": round(sum(gpu.util) / len(gpu.util), 1) if gpu.util else None,
+            **_step_rates(d),
+            "adapter_max_abs_diff_vs_A": None if name == ref.name else _adapter_diff(ref, d),
+        }
         print(f"{name}: {results[name]}", flush=True)
         (out / "gpu.json").write_text(json.dumps(report, indent=1))  # what a timeout leaves is still read
     return results
@@ -193,8 +237,7 @@ def train_runs(env: dict[str, str], out: Path, job: dict[str, Any], *, slice_ste
 def versions() -> dict[str, Any]:
     import torch
 
-    info: dict[str, Any] = {"python": platform.python_version(), "torch": torch.__version__,
-                            "cuda": torch.version.cuda}
+    info: dict[str, Any] = {"python": platform.python_version(), "torch": torch.__version__, "cuda": torch.version.cuda}
     for mod in ("transformers", "peft", "bitsandbytes", "accelerate"):
         try:
             info[mod] = __import__(mod).__version__
@@ -225,14 +268,26 @@ def result_tables(report: dict[str, Any]) -> list[dict[str, Any]]:
     pf = report.get("preflight")
     if pf:
         verdicts = pf.get("verdicts", [])
-        rows = [[r["size"], r["exit"], r["wall_s"], r["report"].get("tflops_bf16"),
-                 _verdict(verdicts[i] if i < len(verdicts) else None)] for i, r in enumerate(pf["runs"])]
-        tables.append(_results.table(
-            "GPU preflight", ["matrix size", "exit", "wall s (process)",
-                                                                     "bf16 TFLOP/s", "judgement"], rows,
-            note=f"`python -m trainer preflight --size N`, each a new process (torch's import and CUDA's start "
-                 f"included). Judged by `app.policy.preflight` against an offer of {pf['offer']['gpu']} with "
-                 f"{pf['offer']['vram_gb']:g} GB, expecting {pf['expected_tflops_bf16']} bf16 TFLOP/s."))
+        rows = [
+            [
+                r["size"],
+                r["exit"],
+                r["wall_s"],
+                r["report"].get("tflops_bf16"),
+                _verdict(verdicts[i] if i < len(verdicts) else None),
+            ]
+            for i, r in enumerate(pf["runs"])
+        ]
+        tables.append(
+            _results.table(
+                "GPU preflight",
+                ["matrix size", "exit", "wall s (process)", "bf16 TFLOP/s", "judgement"],
+                rows,
+                note=f"`python -m trainer preflight --size N`, each a new process (torch's import and CUDA's start "
+                f"included). Judged by `app.policy.preflight` against an offer of {pf['offer']['gpu']} with "
+                f"{pf['offer']['vram_gb']:g} GB, expecting {pf['expected_tflops_bf16']} bf16 TFLOP/s.",
+            )
+        )
     runs = report.get("runs") or {}
     if runs:
         job = report.get("job", {})
@@ -240,19 +295,46 @@ def result_tables(report: dict[str, Any]) -> list[dict[str, Any]]:
         for name, r in runs.items():
             kind = RUN_KINDS.get(name.removesuffix("_det"), name)
             what = kind + (", torch's deterministic algorithms on" if name.endswith("_det") else "")
-            rows.append([name, what, r["exit_codes"], r["wall_s"], r["steps_per_s"], r["tokens_per_s"],
-                         r["gpu_mem_peak_mib"], r["gpu_util_mean"], r["first_step_at_s"], r["final_loss"],
-                         r["adapter_max_abs_diff_vs_A"]])
+            rows.append(
+                [
+                    name,
+                    what,
+                    r["exit_codes"],
+                    r["wall_s"],
+                    r["steps_per_s"],
+                    r["tokens_per_s"],
+                    r["gpu_mem_peak_mib"],
+                    r["gpu_util_mean"],
+                    r["first_step_at_s"],
+                    r["final_loss"],
+                    r["adapter_max_abs_diff_vs_A"],
+                ]
+            )
         lora = job.get("lora", {})
-        tables.append(_results.table(
-            "GPU NF4 QLoRA training and resumes",
-            ["run", "what", "exit codes", "wall s", "steps/s", "tokens/s", "GPU MiB peak", "GPU util %",
-             "first step at s", "final loss", "max abs adapter diff vs A (A_det for _det)"], rows,
-            note=f"A random causal LM shaped like Qwen2.5-0.5B, {job.get('max_steps')} steps of "
-                 f"{job.get('batch_size')} rows x up to {job.get('max_seq_len')} tokens, checkpoint (K) every "
-                 f"{job.get('checkpoint_every')}, LoRA r={lora.get('r')} on {len(lora.get('target_modules', []))} "
-                 f"projections with dropout {lora.get('dropout')}. Steps/s and tokens/s between the first and "
-                 "last step line of each slice; GPU memory and utilisation sampled by nvidia-smi."))
+        tables.append(
+            _results.table(
+                "GPU NF4 QLoRA training and resumes",
+                [
+                    "run",
+                    "what",
+                    "exit codes",
+                    "wall s",
+                    "steps/s",
+                    "tokens/s",
+                    "GPU MiB peak",
+                    "GPU util %",
+                    "first step at s",
+                    "final loss",
+                    "max abs adapter diff vs A (A_det for _det)",
+                ],
+                rows,
+                note=f"A random causal LM shaped like Qwen2.5-0.5B, {job.get('max_steps')} steps of "
+                f"{job.get('batch_size')} rows x up to {job.get('max_seq_len')} tokens, checkpoint (K) every "
+                f"{job.get('checkpoint_every')}, LoRA r={lora.get('r')} on {len(lora.get('target_modules', []))} "
+                f"projections with dropout {lora.get('dropout')}. Steps/s and tokens/s between the first and "
+                "last step line of each slice; GPU memory and utilisation sampled by nvidia-smi.",
+            )
+        )
     return tables
 
 
@@ -275,8 +357,12 @@ def main() -> int:
     started = _results.start()
     out = args.out.resolve()
     out.mkdir(parents=True, exist_ok=True)
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
-               HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
+    env = dict(
+        os.environ,
+        PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
+        HF_HUB_OFFLINE="1",
+        TRANSFORMERS_OFFLINE="1",
+    )
     env.pop("TUNEHARNESS_SIM_TRUTH", None)
     report: dict[str, Any] = {"versions": versions()}
     print(json.dumps(report["versions"]), flush=True)
@@ -286,22 +372,35 @@ def main() -> int:
     from trainer.tiny import write_tiny_causal_lm
 
     t0 = time.perf_counter()
-    model = write_tiny_causal_lm(out / "model", hidden_size=args.hidden, layers=args.layers,
-                                 intermediate_size=args.intermediate, heads=args.heads,
-                                 kv_heads=2, max_positions=2048, seed=0)
+    model = write_tiny_causal_lm(
+        out / "model",
+        hidden_size=args.hidden,
+        layers=args.layers,
+        intermediate_size=args.intermediate,
+        heads=args.heads,
+        kv_heads=2,
+        max_positions=2048,
+        seed=0,
+    )
     report["model_write_s"] = round(time.perf_counter() - t0, 1)
-    job = write_job(out / "data", model=model, steps=args.steps, checkpoint_every=args.slice_steps,
-                    batch=args.batch, seq=args.seq)
+    job = write_job(
+        out / "data", model=model, steps=args.steps, checkpoint_every=args.slice_steps, batch=args.batch, seq=args.seq
+    )
     report["job"] = job
     train_runs(env, out, job, slice_steps=args.slice_steps, variants=args.variants.split(","), report=report)
     print("\n| run | exits | wall s | steps/s | tokens/s | GPU MiB peak | final loss | max abs diff |")
     print("|---|---|---:|---:|---:|---:|---:|---:|")
     for name, r in report["runs"].items():
-        print(f"| {name} | {r['exit_codes']} | {r['wall_s']} | {r['steps_per_s']} | {r['tokens_per_s']} | "
-              f"{r['gpu_mem_peak_mib']:.0f} | {r['final_loss']} | {r['adapter_max_abs_diff_vs_A']} |")
+        print(
+            f"| {name} | {r['exit_codes']} | {r['wall_s']} | {r['steps_per_s']} | {r['tokens_per_s']} | "
+            f"{r['gpu_mem_peak_mib']:.0f} | {r['final_loss']} | {r['adapter_max_abs_diff_vs_A']} |"
+        )
     first = (report.get("preflight") or {"runs": [{"report": {}}]})["runs"][0]["report"]
-    gpu = {"gpu": report["versions"].get("device"), "cuda": report["versions"].get("cuda"),
-           "driver": first.get("driver")}
+    gpu = {
+        "gpu": report["versions"].get("device"),
+        "cuda": report["versions"].get("cuda"),
+        "driver": first.get("driver"),
+    }
     _results.write("gpu", result_tables(report), started=started, raw=report, machine_extra=gpu)
     return 0
 

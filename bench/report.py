@@ -36,27 +36,39 @@ MAX_LINES = 400
 # family: (section title, what the bench measures). Sections appear in this order; any other
 # family follows, sorted by name.
 SECTIONS: dict[str, tuple[str, str]] = {
-    "foundation": ("Ledger, budget and task queue",
-                   "`bench/foundation.py`: appends to the hash-chained ledger, its verification and budget "
-                   "reservations on SQLite and PostgreSQL, and Celery round trips through Redis."),
-    "campaign": ("Campaign simulator",
-                 "`bench/campaign.py`: the guarded, naive and oracle policies replayed on the simulated "
-                 "marketplace's traces; every number but wall time is the simulator's own receipt, and "
-                 "the same on every run."),
-    "trainer": ("Trainer",
-                "`bench/trainer.py`: one tiny NF4 job on the CPU run whole, as one `trainer run` process "
-                "per slice, and through `trainer slices`; checkpoint I/O; speed and memory beside a plain "
-                "transformers/peft loop."),
-    "triage": ("Triage speed",
-               "`bench/triage.py`: the rules stage's tails per second on one core, and the chain's time "
-               "per tail with the shipped specialist."),
-    "triage_real": ("Triage accuracy",
-                    "`bench/triage_real.py`: the rules and the chain without an LLM on the real excerpts "
-                    "from public issue threads (`data/triage/real/`), each batch split into a dev "
-                    "half and a test half before any classifier ran on it."),
-    "gpu": ("GPU",
-            "`bench/gpu.py` on a CUDA machine: the real preflight, and a real NF4 QLoRA job through the "
-            "trainer, uninterrupted and resumed."),
+    "foundation": (
+        "Ledger, budget and task queue",
+        "`bench/foundation.py`: appends to the hash-chained ledger, its verification and budget "
+        "reservations on SQLite and PostgreSQL, and Celery round trips through Redis.",
+    ),
+    "campaign": (
+        "Campaign simulator",
+        "`bench/campaign.py`: the guarded, naive and oracle policies replayed on the simulated "
+        "marketplace's traces; every number but wall time is the simulator's own receipt, and "
+        "the same on every run.",
+    ),
+    "trainer": (
+        "Trainer",
+        "`bench/trainer.py`: one tiny NF4 job on the CPU run whole, as one `trainer run` process "
+        "per slice, and through `trainer slices`; checkpoint I/O; speed and memory beside a plain "
+        "transformers/peft loop.",
+    ),
+    "triage": (
+        "Triage speed",
+        "`bench/triage.py`: the rules stage's tails per second on one core, and the chain's time "
+        "per tail with the shipped specialist.",
+    ),
+    "triage_real": (
+        "Triage accuracy",
+        "`bench/triage_real.py`: the rules and the chain without an LLM on the real excerpts "
+        "from public issue threads (`data/triage/real/`), each batch split into a dev "
+        "half and a test half before any classifier ran on it.",
+    ),
+    "gpu": (
+        "GPU",
+        "`bench/gpu.py` on a CUDA machine: the real preflight, and a real NF4 QLoRA job through the "
+        "trainer, uninterrupted and resumed.",
+    ),
 }
 
 
@@ -127,9 +139,19 @@ def _command(doc: dict[str, Any]) -> str:
 
 
 def _from_results(doc: dict[str, Any], source: str) -> list[Run]:
-    return [Run(family=family_of(doc["bench"]), source=source, label="", command=_command(doc),
-                machine=doc["machine"], date=_date(doc["started_utc"], doc["finished_utc"]),
-                load_before=doc["load_before"], load_after=doc["load_after"], tables=doc["tables"])]
+    return [
+        Run(
+            family=family_of(doc["bench"]),
+            source=source,
+            label="",
+            command=_command(doc),
+            machine=doc["machine"],
+            date=_date(doc["started_utc"], doc["finished_utc"]),
+            load_before=doc["load_before"],
+            load_after=doc["load_after"],
+            tables=doc["tables"],
+        )
+    ]
 
 
 def _from_recorded_gpu(doc: dict[str, Any], source: str) -> list[Run]:
@@ -141,11 +163,27 @@ def _from_recorded_gpu(doc: dict[str, Any], source: str) -> list[Run]:
         report = doc[key]
         versions = report["versions"]
         first = (report.get("preflight") or {"runs": [{"report": {}}]})["runs"][0]["report"]
-        machine = {"gpu": versions.get("device"), "driver": first.get("driver"), "cuda": versions.get("cuda"),
-                   "python": versions.get("python"), "torch": versions.get("torch")}
-        runs.append(Run(family="gpu", source=source, label=key, command=f"`{doc['command']}`", machine=machine,
-                        date=f"{doc['date_utc']}, time not recorded", load_before=None, load_after=None,
-                        tables=result_tables(report), note=doc.get("notes", {}).get(key, "")))
+        machine = {
+            "gpu": versions.get("device"),
+            "driver": first.get("driver"),
+            "cuda": versions.get("cuda"),
+            "python": versions.get("python"),
+            "torch": versions.get("torch"),
+        }
+        runs.append(
+            Run(
+                family="gpu",
+                source=source,
+                label=key,
+                command=f"`{doc['command']}`",
+                machine=machine,
+                date=f"{doc['date_utc']}, time not recorded",
+                load_before=None,
+                load_after=None,
+                tables=result_tables(report),
+                note=doc.get("notes", {}).get(key, ""),
+            )
+        )
     return runs
 
 
@@ -160,11 +198,14 @@ def load_runs(results_dir: Path) -> list[Run]:
         elif "command" in doc and "date_utc" in doc:
             runs += _from_recorded_gpu(doc, source)
         else:
-            raise ValueError(f"{path}: neither a results file ({_results.RESULTS_SCHEMA}) nor a recorded "
-                             "gpu.json with `command` and `date_utc`; rerun its bench")
+            raise ValueError(
+                f"{path}: neither a results file ({_results.RESULTS_SCHEMA}) nor a recorded "
+                "gpu.json with `command` and `date_utc`; rerun its bench"
+            )
     order = list(SECTIONS)
-    return sorted(runs, key=lambda r: (order.index(r.family) if r.family in order else len(order), r.family,
-                                       r.source, r.label))
+    return sorted(
+        runs, key=lambda r: (order.index(r.family) if r.family in order else len(order), r.family, r.source, r.label)
+    )
 
 
 def _machine(m: dict[str, Any]) -> str:
@@ -185,8 +226,10 @@ def _machine(m: dict[str, Any]) -> str:
 def _load(run: Run) -> str:
     if run.load_before is None or run.load_after is None:
         return "not recorded"
-    return (f"{', '.join(f'{x:.2f}' for x in run.load_before)} before; "
-            f"{', '.join(f'{x:.2f}' for x in run.load_after)} after")
+    return (
+        f"{', '.join(f'{x:.2f}' for x in run.load_before)} before; "
+        f"{', '.join(f'{x:.2f}' for x in run.load_after)} after"
+    )
 
 
 def anchor(heading: str) -> str:
@@ -199,12 +242,15 @@ def _heading(run: Run, table: dict[str, Any]) -> str:
 
 
 def _table(run: Run, table: dict[str, Any]) -> list[str]:
-    out = [f"### {_heading(run, table)}", "",
-           f"- Command: {run.command}",
-           f"- Machine: {_machine(run.machine)}",
-           f"- Load average (1, 5, 15 min): {_load(run)}",
-           f"- Date: {run.date}; results: `{run.source}`" + (f", `{run.label}`" if run.label else ""),
-           ""]
+    out = [
+        f"### {_heading(run, table)}",
+        "",
+        f"- Command: {run.command}",
+        f"- Machine: {_machine(run.machine)}",
+        f"- Load average (1, 5, 15 min): {_load(run)}",
+        f"- Date: {run.date}; results: `{run.source}`" + (f", `{run.label}`" if run.label else ""),
+        "",
+    ]
     if run.note:
         out += [run.note, ""]
     out.append("| " + " | ".join(cell(c) for c in table["columns"]) + " |")
@@ -260,8 +306,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.check:
         current = args.out.read_text(encoding="utf-8") if args.out.is_file() else ""
         if current != text:
-            print(f"{args.out} differs from what {args.results} renders: run `python bench/report.py`",
-                  file=sys.stderr)
+            print(f"{args.out} differs from what {args.results} renders: run `python bench/report.py`", file=sys.stderr)
             return 1
         return 0
     lines = text.count("\n")

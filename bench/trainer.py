@@ -39,7 +39,7 @@ from trainer.reporting import parse_line, steps_by_slice  # noqa: E402
 from trainer.testing import write_causal_job  # noqa: E402
 from trainer.tiny import write_tiny_causal_lm  # noqa: E402
 
-PLAIN_LOOP = r'''
+PLAIN_LOOP = r"""
 import json, os, sys, time
 os.environ["HF_HUB_OFFLINE"] = "1"
 import torch
@@ -76,7 +76,7 @@ for step in range(job["max_steps"]):
     if step == 0:
         t0 = time.perf_counter()
 print(json.dumps({"steps_per_s": (job["max_steps"] - 1) / (time.perf_counter() - t0)}))
-'''
+"""
 
 
 CPU_S: dict[str, float] = {}  # CPU seconds (user + system) of the last process run per label
@@ -135,34 +135,54 @@ def _steps_per_s(job: Path) -> float:
     return steps / seconds
 
 
-def result_rows(result: dict[str, Any], *, slices: int, forked_slices: int, slice_seconds: float, repeats: int,
-                sps_steps: int) -> list[list[str]]:
+def result_rows(
+    result: dict[str, Any], *, slices: int, forked_slices: int, slice_seconds: float, repeats: int, sps_steps: int
+) -> list[list[str]]:
     """The table's rows: measure, value, target."""
     cpu_whole = statistics.mean(result["cpu_s_uninterrupted_runs"]) if slices else float("nan")
     return [
-        ["uninterrupted wall s (mean of runs before and after the sliced ones)",
-         f"{result['uninterrupted_s']} ({' / '.join(str(w) for w in result['uninterrupted_runs_s'])})", ""],
+        [
+            "uninterrupted wall s (mean of runs before and after the sliced ones)",
+            f"{result['uninterrupted_s']} ({' / '.join(str(w) for w in result['uninterrupted_runs_s'])})",
+            "",
+        ],
         [f"`run` per slice: {slices} processes of {slice_seconds:g} s, wall s", f"{result['sliced_s']}", ""],
         ["wall ratio, `run` per slice / uninterrupted", f"{result['wall_ratio']}", "<= 1.10"],
         [f"`slices` runner: {forked_slices} forked slices of {slice_seconds:g} s, wall s", f"{result['forked_s']}", ""],
         ["wall ratio, `slices` runner / uninterrupted", f"{result['forked_wall_ratio']}", "<= 1.10"],
-        [f"CPU s (user + system): uninterrupted ({' / '.join(str(c) for c in result['cpu_s_uninterrupted_runs'])}) "
-         "/ `run` per slice / `slices` runner",
-         f"{round(cpu_whole, 2)} / {result['cpu_s_run_per_slice']} / {result['cpu_s_slices_runner']}", ""],
+        [
+            f"CPU s (user + system): uninterrupted ({' / '.join(str(c) for c in result['cpu_s_uninterrupted_runs'])}) "
+            "/ `run` per slice / `slices` runner",
+            f"{round(cpu_whole, 2)} / {result['cpu_s_run_per_slice']} / {result['cpu_s_slices_runner']}",
+            "",
+        ],
         ["CPU ratio, `run` per slice / uninterrupted", f"{round(result['cpu_s_run_per_slice'] / cpu_whole, 3)}", ""],
         ["CPU ratio, `slices` runner / uninterrupted", f"{round(result['cpu_s_slices_runner'] / cpu_whole, 3)}", ""],
-        ["slice boundary (cap line to the next slice's first step), median s: `run` per slice / `slices` runner",
-         f"{result['restart_gap_median_s_run']} / {result['restart_gap_median_s_slices']}", ""],
+        [
+            "slice boundary (cap line to the next slice's first step), median s: `run` per slice / `slices` runner",
+            f"{result['restart_gap_median_s_run']} / {result['restart_gap_median_s_slices']}",
+            "",
+        ],
         ["checkpoint save, median s", f"{result['checkpoint_save_median_s']}", ""],
         ["checkpoint load (resume), median s", f"{result['checkpoint_load_median_s']}", ""],
         ["peak RSS trainer / plain loop MiB", f"{result['peak_rss_mib_trainer']} / {result['peak_rss_mib_plain']}", ""],
-        [f"steps/s trainer / plain loop (best of {repeats} alternating runs of {sps_steps} steps)",
-         f"{result['trainer_steps_per_s']} / {result['plain_steps_per_s']}", ""],
-        ["steps/s runs trainer; plain", f"{result['trainer_steps_per_s_runs']}; {result['plain_steps_per_s_runs']}", ""],
+        [
+            f"steps/s trainer / plain loop (best of {repeats} alternating runs of {sps_steps} steps)",
+            f"{result['trainer_steps_per_s']} / {result['plain_steps_per_s']}",
+            "",
+        ],
+        [
+            "steps/s runs trainer; plain",
+            f"{result['trainer_steps_per_s_runs']}; {result['plain_steps_per_s_runs']}",
+            "",
+        ],
         ["steps/s ratio", f"{result['steps_per_s_ratio']}", ">= 0.95"],
-        ["load average (1, 5, 15 min) before / after the sliced runs / at the end",
-         f"{result['loadavg_1_5_15_before']} / {result['loadavg_1_5_15_after_slices']} / "
-         f"{result['loadavg_1_5_15_end']}", ""],
+        [
+            "load average (1, 5, 15 min) before / after the sliced runs / at the end",
+            f"{result['loadavg_1_5_15_before']} / {result['loadavg_1_5_15_after_slices']} / "
+            f"{result['loadavg_1_5_15_end']}",
+            "",
+        ],
     ]
 
 
@@ -170,11 +190,11 @@ def result_tables(rows: list[list[str]], *, title: str) -> list[dict[str, Any]]:
     """The rows as three measures: slicing overhead, checkpoint I/O, speed and memory beside a plain loop."""
     columns = ["measure", "value", "target"]
     return [
-        _results.table("Trainer slicing overhead: whole, `run` per slice, `slices`", columns,
-                       [*rows[0:9], rows[15]], note=title),
+        _results.table(
+            "Trainer slicing overhead: whole, `run` per slice, `slices`", columns, [*rows[0:9], rows[15]], note=title
+        ),
         _results.table("Trainer checkpoint save and load", columns, rows[9:11], note=title),
-        _results.table("Trainer speed and memory beside a plain loop", columns, rows[11:15],
-                       note=title),
+        _results.table("Trainer speed and memory beside a plain loop", columns, rows[11:15], note=title),
     ]
 
 
@@ -187,20 +207,37 @@ def main() -> int:
     ap.add_argument("--sps-steps", type=int, default=100, help="steps of each steps/s comparison run")
     ap.add_argument("--repeats", type=int, default=3, help="alternating trainer/plain runs for steps/s")
     ap.add_argument("--skip-slices", action="store_true", help="only the steps/s comparison")
-    ap.add_argument("--threads", type=int, default=1,
-                    help="OMP/torch threads per process (1 keeps a shared, busy machine from distorting the ratios)")
+    ap.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="OMP/torch threads per process (1 keeps a shared, busy machine from distorting the ratios)",
+    )
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     started = _results.start()
-    env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", PYTHONPATH=str(REPO),
-               OMP_NUM_THREADS=str(args.threads))
+    env = dict(
+        os.environ,
+        HF_HUB_OFFLINE="1",
+        TRANSFORMERS_OFFLINE="1",
+        PYTHONPATH=str(REPO),
+        OMP_NUM_THREADS=str(args.threads),
+    )
     with tempfile.TemporaryDirectory(prefix="bench-trainer-") as tmp:
         root = Path(tmp)
         model = write_tiny_causal_lm(root / "model", hidden_size=args.hidden, layers=4)
-        fields: dict[str, Any] = {"max_steps": args.steps, "checkpoint_every": args.checkpoint_every,
-                                  "lr_schedule": "constant", "warmup_steps": 0, "batch_size": 8, "grad_accum": 1,
-                                  "max_seq_len": 64, "eval_file": None, "learning_rate": 1e-3,
-                                  "lora": {"r": 8, "alpha": 16, "dropout": 0.0, "target_modules": ["q_proj", "v_proj"]}}
+        fields: dict[str, Any] = {
+            "max_steps": args.steps,
+            "checkpoint_every": args.checkpoint_every,
+            "lr_schedule": "constant",
+            "warmup_steps": 0,
+            "batch_size": 8,
+            "grad_accum": 1,
+            "max_seq_len": 64,
+            "eval_file": None,
+            "learning_rate": 1e-3,
+            "lora": {"r": 8, "alpha": 16, "dropout": 0.0, "target_modules": ["q_proj", "v_proj"]},
+        }
         trainer = [sys.executable, "-m", "trainer", "run", "--job-dir"]
         load_before = os.getloadavg()
 
@@ -213,15 +250,28 @@ def main() -> int:
             wholes.append(wall)
             sliced = write_causal_job(root / "sliced", base_model=model, rows=256, **fields)
             while True:
-                code, wall, rss, _ = _run([*trainer, str(sliced), "--max-seconds", str(args.slice_seconds)], env,
-                                          label="sliced")
+                code, wall, rss, _ = _run(
+                    [*trainer, str(sliced), "--max-seconds", str(args.slice_seconds)], env, label="sliced"
+                )
                 slices, sliced_s, sliced_rss = slices + 1, sliced_s + wall, max(sliced_rss, rss)
                 if code == 0:
                     break
                 assert code == 3 and slices < 100, f"slice failed ({code})"
             forked = write_causal_job(root / "forked", base_model=model, rows=256, **fields)
-            code, forked_s, rss, _ = _run([sys.executable, "-m", "trainer", "slices", "--job-dir", str(forked),
-                                           "--slice-seconds", str(args.slice_seconds)], env, label="forked")
+            code, forked_s, rss, _ = _run(
+                [
+                    sys.executable,
+                    "-m",
+                    "trainer",
+                    "slices",
+                    "--job-dir",
+                    str(forked),
+                    "--slice-seconds",
+                    str(args.slice_seconds),
+                ],
+                env,
+                label="forked",
+            )
             assert code == 0, f"slices runner failed ({code}); see {forked}/train.log"
             forked_slices = len(_events(forked, "start"))
             sliced_rss = max(sliced_rss, rss)
@@ -253,10 +303,14 @@ def main() -> int:
         trainer_sps = max(trainer_runs)
         gaps_run, gaps_forked = _restart_gaps(root / "sliced"), _restart_gaps(root / "forked")
         result = {
-            "steps": args.steps, "slices": slices, "uninterrupted_s": round(whole_s, 2),
+            "steps": args.steps,
+            "slices": slices,
+            "uninterrupted_s": round(whole_s, 2),
             "uninterrupted_runs_s": [round(w, 2) for w in wholes],
-            "sliced_s": round(sliced_s, 2), "wall_ratio": round(sliced_s / whole_s, 3) if slices else None,
-            "forked_slices": forked_slices, "forked_s": round(forked_s, 2),
+            "sliced_s": round(sliced_s, 2),
+            "wall_ratio": round(sliced_s / whole_s, 3) if slices else None,
+            "forked_slices": forked_slices,
+            "forked_s": round(forked_s, 2),
             "forked_wall_ratio": round(forked_s / whole_s, 3) if forked_slices else None,
             "cpu_s_uninterrupted_runs": [round(CPU_S.get(k, 0.0), 2) for k in ("whole-0", "whole-1")],
             "cpu_s_run_per_slice": round(CPU_S.get("sliced", 0.0), 2),
@@ -268,16 +322,26 @@ def main() -> int:
             "loadavg_1_5_15_end": [round(x, 2) for x in os.getloadavg()],
             "checkpoint_save_median_s": round(statistics.median(saves), 4) if saves else None,
             "checkpoint_load_median_s": round(statistics.median(loads), 4) if loads else None,
-            "peak_rss_mib_trainer": round(max(whole_rss, sliced_rss), 1), "peak_rss_mib_plain": round(plain_rss, 1),
-            "trainer_steps_per_s": round(trainer_sps, 2), "plain_steps_per_s": round(plain_sps, 2),
+            "peak_rss_mib_trainer": round(max(whole_rss, sliced_rss), 1),
+            "peak_rss_mib_plain": round(plain_rss, 1),
+            "trainer_steps_per_s": round(trainer_sps, 2),
+            "plain_steps_per_s": round(plain_sps, 2),
             "trainer_steps_per_s_runs": [round(x, 2) for x in trainer_runs],
             "plain_steps_per_s_runs": [round(x, 2) for x in plain_runs],
             "steps_per_s_ratio": round(trainer_sps / plain_sps, 3),
         }
-    title = (f"Tiny NF4 Qwen2 (hidden {args.hidden}, 4 layers), {args.steps} steps, batch 8 x 64 tokens, "
-             f"checkpoint every {args.checkpoint_every}, CPU, {args.threads} thread(s) per process")
-    rows = result_rows(result, slices=slices, forked_slices=forked_slices, slice_seconds=args.slice_seconds,
-                       repeats=args.repeats, sps_steps=args.sps_steps)
+    title = (
+        f"Tiny NF4 Qwen2 (hidden {args.hidden}, 4 layers), {args.steps} steps, batch 8 x 64 tokens, "
+        f"checkpoint every {args.checkpoint_every}, CPU, {args.threads} thread(s) per process"
+    )
+    rows = result_rows(
+        result,
+        slices=slices,
+        forked_slices=forked_slices,
+        slice_seconds=args.slice_seconds,
+        repeats=args.repeats,
+        sps_steps=args.sps_steps,
+    )
     _results.write("trainer", result_tables(rows, title=title), started=started, raw=result)
     if args.json:
         print(json.dumps(result))

@@ -65,8 +65,14 @@ def _padded(rows: list[dict], kb: int) -> list[str]:
     return out
 
 
-def _rate(texts: list[str], idles: list[float | None], repeats: int, *, mode: str = "pass",
-          classify: Callable[..., object] = rules.classify) -> float:
+def _rate(
+    texts: list[str],
+    idles: list[float | None],
+    repeats: int,
+    *,
+    mode: str = "pass",
+    classify: Callable[..., object] = rules.classify,
+) -> float:
     """Best tails/s of `repeats` passes. mode: "pass" (memories emptied at the start of each pass),
     "cold" (emptied before every tail), "again" (a pass after an untimed one over the same tails)."""
     best = 0.0
@@ -101,9 +107,12 @@ def machine_loop_ns(n: int = 2_000_000, repeats: int = 3) -> float:
 
 def bench_rules(rows: list[dict], *, repeats: int = 3, reference: bool = False) -> dict:
     idles = [r["idle_seconds"] for r in rows]
-    out: dict = {"tails": len(rows), "load_average_1m": round(os.getloadavg()[0], 2),
-                 "machine_python_loop_ns": machine_loop_ns(),
-                 "mean_tail_kb": round(sum(len(r["log"]) for r in rows) / len(rows) / 1024, 2)}
+    out: dict = {
+        "tails": len(rows),
+        "load_average_1m": round(os.getloadavg()[0], 2),
+        "machine_python_loop_ns": machine_loop_ns(),
+        "mean_tail_kb": round(sum(len(r["log"]) for r in rows) / len(rows) / 1024, 2),
+    }
     sample = rows[:: max(1, len(rows) // 800)]
     cases = [("", [r["log"] for r in rows], idles)]
     real = [r for split in REAL_SPLITS for r in real_rows(split)]
@@ -121,7 +130,8 @@ def bench_rules(rows: list[dict], *, repeats: int = 3, reference: bool = False) 
         out[f"rules{name}_tails_per_s_one_core_again"] = round(_rate(texts, tail_idles, repeats, mode="again"))
         if reference:
             out[f"reference{name}_tails_per_s_one_core"] = round(
-                _rate(texts, tail_idles, 1, classify=rules._classify_reference))
+                _rate(texts, tail_idles, 1, classify=rules._classify_reference)
+            )
     out["load_average_1m_after"] = round(os.getloadavg()[0], 2)
     return out
 
@@ -169,30 +179,42 @@ def main() -> None:
     if args.chain:  # the chain's numbers; this run's rules rates stay in "raw"
         _results.write("triage_chain", chain_tables(out), started=started, raw=out)
     else:
-        _results.write("triage", rules_tables(out, sample=len(rows[:: max(1, len(rows) // 800)])),
-                       started=started, raw=out)
+        _results.write(
+            "triage", rules_tables(out, sample=len(rows[:: max(1, len(rows) // 800)])), started=started, raw=out
+        )
 
 
 def rules_tables(out: dict, *, sample: int) -> list[dict]:
     """The rules stage's rates (bench_rules' output) as the table `bench/report.py` renders."""
-    inputs = [("", f"corpus tails as generated (mean {out['mean_tail_kb']} KB)", out["tails"]),
-              ("_real", f"real excerpts as posted (mean {out['real_mean_tail_kb']} KB)", out["real_excerpts"])]
+    inputs = [
+        ("", f"corpus tails as generated (mean {out['mean_tail_kb']} KB)", out["tails"]),
+        ("_real", f"real excerpts as posted (mean {out['real_mean_tail_kb']} KB)", out["real_excerpts"]),
+    ]
     for kb in (8, 16, 32):
-        inputs += [(f"_{kb}kb", f"corpus tails after healthy progress, last {kb} KB, as text", sample),
-                   (f"_{kb}kb_bytes", f"the same {kb} KB tails as the bytes read from a file", sample)]
+        inputs += [
+            (f"_{kb}kb", f"corpus tails after healthy progress, last {kb} KB, as text", sample),
+            (f"_{kb}kb_bytes", f"the same {kb} KB tails as the bytes read from a file", sample),
+        ]
     columns = ["input", "tails", "tails/s", "cold: memories emptied before every tail", "again: same tails re-read"]
     reference = any(k.startswith("reference") for k in out)
     if reference:
         columns.append("plain whole-text path (`_classify_reference`)")
     rows = []
     for key, what, n in inputs:
-        row = [what, n, out[f"rules{key}_tails_per_s_one_core"], out[f"rules{key}_tails_per_s_one_core_cold"],
-               out[f"rules{key}_tails_per_s_one_core_again"]]
+        row = [
+            what,
+            n,
+            out[f"rules{key}_tails_per_s_one_core"],
+            out[f"rules{key}_tails_per_s_one_core_cold"],
+            out[f"rules{key}_tails_per_s_one_core_again"],
+        ]
         rows.append([*row, out[f"reference{key}_tails_per_s_one_core"]] if reference else row)
-    note = (f"Process CPU time, best of 3 passes (cold: one), the rules' memories emptied at the start of each. "
-            f"This machine runs plain Python at {out['machine_python_loop_ns']} ns per loop iteration "
-            f"(`machine_python_loop_ns`: compare rates between machines only next to it); load average "
-            f"(1 min) {out['load_average_1m']} before the passes, {out['load_average_1m_after']} after.")
+    note = (
+        f"Process CPU time, best of 3 passes (cold: one), the rules' memories emptied at the start of each. "
+        f"This machine runs plain Python at {out['machine_python_loop_ns']} ns per loop iteration "
+        f"(`machine_python_loop_ns`: compare rates between machines only next to it); load average "
+        f"(1 min) {out['load_average_1m']} before the passes, {out['load_average_1m_after']} after."
+    )
     return [_results.table("Triage rules speed on one core", columns, rows, note=note)]
 
 
@@ -201,11 +223,13 @@ def chain_tables(out: dict) -> list[dict]:
     if "chain_rows" not in out:
         return [_results.table("Triage chain time per tail", ["what"], [[out["chain"]]])]
     stages = ", ".join(f"{stage} {n}" for stage, n in out["chain_stages"].items())
-    rows = [["rows triaged (every eval, OOD and hand-written corpus row)", out["chain_rows"]],
-            ["rows decided by each stage", stages],
-            ["ms per tail, whole chain, one model load included", out["chain_ms_per_tail_incl_one_model_load"]],
-            ["s to load the specialist and predict one row", out["model_load_and_one_row_s"]],
-            ["ms per tail, specialist on every row, model loaded", out["specialist_ms_per_tail_every_row_loaded"]]]
+    rows = [
+        ["rows triaged (every eval, OOD and hand-written corpus row)", out["chain_rows"]],
+        ["rows decided by each stage", stages],
+        ["ms per tail, whole chain, one model load included", out["chain_ms_per_tail_incl_one_model_load"]],
+        ["s to load the specialist and predict one row", out["model_load_and_one_row_s"]],
+        ["ms per tail, specialist on every row, model loaded", out["specialist_ms_per_tail_every_row_loaded"]],
+    ]
     note = "Rules, then the shipped specialist on all the residue in one predict call; no LLM. Wall time."
     return [_results.table("Triage chain time per tail", ["measure", "value"], rows, note=note)]
 

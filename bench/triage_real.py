@@ -51,9 +51,16 @@ def predict_rules(rows: list[dict]) -> list[dict]:
     out = []
     for r in rows:
         v = classify(r["log"], idle_seconds=r.get("idle_seconds"))
-        out.append({"id": r["id"], "predicted": v.guess if v.state == UNSURE else v.state,
-                    "unsure": v.state == UNSURE, "rule": v.rule, "confidence": v.confidence,
-                    "evidence": list(v.evidence)})
+        out.append(
+            {
+                "id": r["id"],
+                "predicted": v.guess if v.state == UNSURE else v.state,
+                "unsure": v.state == UNSURE,
+                "rule": v.rule,
+                "confidence": v.confidence,
+                "evidence": list(v.evidence),
+            }
+        )
     return out
 
 
@@ -62,8 +69,17 @@ def predict_chain(rows: list[dict]) -> tuple[list[dict], str]:
     chain = TriageChain(specialist=specialist, escalation=None)
     results = chain.triage_many([TriageInput(r["id"], r["log"], r.get("idle_seconds")) for r in rows])
     desc = f"specialist={'promoted' if specialist is not None else 'none (not promoted)'}, llm=none"
-    out = [{"id": res.id, "predicted": res.state, "unsure": res.needs_operator, "rule": res.stage,
-            "confidence": res.confidence, "evidence": list(res.evidence)} for res in results]
+    out = [
+        {
+            "id": res.id,
+            "predicted": res.state,
+            "unsure": res.needs_operator,
+            "rule": res.stage,
+            "confidence": res.confidence,
+            "evidence": list(res.evidence),
+        }
+        for res in results
+    ]
     return out, desc
 
 
@@ -93,8 +109,9 @@ def report(split: str, name: str, rows: list[dict], preds: list[dict], *, show_m
     misses = [(r, p) for r, p in zip(rows, preds, strict=True) if r["label"] != p["predicted"]]
     confusion = Counter((r["label"], p["predicted"]) for r, p in misses)
     if confusion:
-        print("  confusions (label -> predicted): "
-              + ", ".join(f"{a}->{b} x{n}" for (a, b), n in confusion.most_common()))
+        print(
+            "  confusions (label -> predicted): " + ", ".join(f"{a}->{b} x{n}" for (a, b), n in confusion.most_common())
+        )
     print(f"  misses ({len(misses)}):")
     for r, p in misses:
         flag = f" [{word}]" if p["unsure"] else ""
@@ -102,16 +119,18 @@ def report(split: str, name: str, rows: list[dict], preds: list[dict], *, show_m
         if show_misses:
             for ev in p["evidence"]:
                 print(f"        evidence: {ev[:200]}")
-    return {"split": split, "predictor": name, "n": len(rows), "correct": ok, "unsure": unsure,
-            "predictions": preds}
+    return {"split": split, "predictor": name, "n": len(rows), "correct": ok, "unsure": unsure, "predictions": preds}
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--split", choices=(*SPLITS, "all"), default="all")
     ap.add_argument("--json", type=Path, help="write all predictions here")
-    ap.add_argument("--test-evidence", action="store_true",
-                    help="also print evidence lines for test misses (off: test is not for tuning)")
+    ap.add_argument(
+        "--test-evidence",
+        action="store_true",
+        help="also print evidence lines for test misses (off: test is not for tuning)",
+    )
     args = ap.parse_args(argv)
     started = _results.start()
     splits = SPLITS if args.split == "all" else (args.split,)
@@ -138,8 +157,10 @@ def main(argv: list[str] | None = None) -> int:
         scored[split] = {"rules": _scores(rows, res), "chain": _scores(rows, res2)}
     print("\n=== summary")
     for split, name, res in summary:
-        print(f"  {split:<6} {name:<6} {res['correct']}/{res['n']} = {res['correct'] / res['n']:.3f}"
-              f"  (unsure/needs_operator {res['unsure']})")
+        print(
+            f"  {split:<6} {name:<6} {res['correct']}/{res['n']} = {res['correct'] / res['n']:.3f}"
+            f"  (unsure/needs_operator {res['unsure']})"
+        )
     if args.json:
         args.json.write_text(json.dumps(dumped, indent=1), encoding="utf-8")
     name = "triage_real" if args.split == "all" else f"triage_real_{args.split}"
@@ -177,15 +198,26 @@ def _score(ok: int, n: int) -> str:
 
 def result_tables(scored: dict[str, dict[str, dict]]) -> list[dict]:
     """Accuracy pooled over the dev halves, the test halves and both; then per state."""
-    groups = [("dev halves (may be tuned on)", [s for s in scored if s.startswith("dev")]),
-              ("test halves (never tuned on)", [s for s in scored if s.startswith("test")]),
-              ("all", list(scored))]
+    groups = [
+        ("dev halves (may be tuned on)", [s for s in scored if s.startswith("dev")]),
+        ("test halves (never tuned on)", [s for s in scored if s.startswith("test")]),
+        ("all", list(scored)),
+    ]
     groups = [(name, splits) for name, splits in groups if splits]
     overall = []
     for name, splits in groups:
         rules, chain = _pool(scored, splits, "rules"), _pool(scored, splits, "chain")
-        overall.append([name, len(splits), rules["n"], _score(rules["correct"], rules["n"]), rules["unsure"],
-                        _score(chain["correct"], chain["n"]), chain["unsure"]])
+        overall.append(
+            [
+                name,
+                len(splits),
+                rules["n"],
+                _score(rules["correct"], rules["n"]),
+                rules["unsure"],
+                _score(chain["correct"], chain["n"]),
+                chain["unsure"],
+            ]
+        )
     per_state = []
     pooled = {name: (_pool(scored, splits, "rules"), _pool(scored, splits, "chain")) for name, splits in groups}
     for state in STATES:
@@ -198,12 +230,18 @@ def result_tables(scored: dict[str, dict[str, dict]]) -> list[dict]:
         per_state.append(row)
     shown = [name.split(" (")[0] for name, _ in (groups[-2:] if len(groups) > 1 else groups)]
     state_columns = ["state"] + [f"{col} ({name})" for name in shown for col in ("excerpts", "rules", "chain")]
-    note = ("rules: `app.triage.rules.classify`, an unsure verdict scored by its best guess. chain: "
-            "`TriageChain` as shipped without an LLM (rules, then the promoted specialist); a row no stage was "
-            "confident about is scored by its best guess and counted as needs_operator.")
+    note = (
+        "rules: `app.triage.rules.classify`, an unsure verdict scored by its best guess. chain: "
+        "`TriageChain` as shipped without an LLM (rules, then the promoted specialist); a row no stage was "
+        "confident about is scored by its best guess and counted as needs_operator."
+    )
     return [
-        _results.table("Triage accuracy on the real excerpts", ["splits", "split files", "excerpts", "rules",
-                       "rules unsure", "chain", "chain needs_operator"], overall, note=note),
+        _results.table(
+            "Triage accuracy on the real excerpts",
+            ["splits", "split files", "excerpts", "rules", "rules unsure", "chain", "chain needs_operator"],
+            overall,
+            note=note,
+        ),
         _results.table("Triage accuracy per state on the real excerpts", state_columns, per_state),
     ]
 

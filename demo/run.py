@@ -68,8 +68,13 @@ def env() -> dict[str, str]:
     for k in list(e):
         if k.startswith(("TUNEHARNESS_", "VAST_", "RUNPOD_")):
             del e[k]
-    e.update(TUNEHARNESS_HOME=str(HOME), HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", PYTHONPATH=str(REPO),
-             COLUMNS=os.environ.get("COLUMNS", "150"))
+    e.update(
+        TUNEHARNESS_HOME=str(HOME),
+        HF_HUB_OFFLINE="1",
+        TRANSFORMERS_OFFLINE="1",
+        PYTHONPATH=str(REPO),
+        COLUMNS=os.environ.get("COLUMNS", "150"),
+    )
     e.update(EXTRA_ENV)
     return e
 
@@ -79,13 +84,24 @@ def section(title: str) -> None:
     console.print(Rule(f"[bold]{title}"))
 
 
-def sh(*args: str, check: bool = True, show: bool = True, extra_env: dict[str, str] | None = None,
-       limit_lines: int | None = None, echo: bool = True) -> subprocess.CompletedProcess[str]:
+def sh(
+    *args: str,
+    check: bool = True,
+    show: bool = True,
+    extra_env: dict[str, str] | None = None,
+    limit_lines: int | None = None,
+    echo: bool = True,
+) -> subprocess.CompletedProcess[str]:
     """Run `tuneharness ARGS` as a user would, echoing the command and its output."""
     if echo:
         console.print(f"[cyan]$ tuneharness {' '.join(args)}")
-    proc = subprocess.run([sys.executable, "-m", "app.cli.main", *args], env={**env(), **(extra_env or {})},
-                          cwd=REPO, text=True, capture_output=True)
+    proc = subprocess.run(
+        [sys.executable, "-m", "app.cli.main", *args],
+        env={**env(), **(extra_env or {})},
+        cwd=REPO,
+        text=True,
+        capture_output=True,
+    )
     out = (proc.stdout + proc.stderr).rstrip()
     if out and show:
         lines = out.splitlines()
@@ -112,8 +128,19 @@ def marketplace_seam() -> None:
 
     with FakeVast(offers=sample_vast_offers()) as vast:
         console.print("(Vast.ai's API replayed by a fake server on loopback, quirks included)")
-        sh("market", "offers", "--provider", "vast", "--download-gb", "23", "--disk-gb", "60", "--hours", "0.5",
-           extra_env={"VAST_API_URL": vast.url, "VAST_API_KEY": vast.api_key})
+        sh(
+            "market",
+            "offers",
+            "--provider",
+            "vast",
+            "--download-gb",
+            "23",
+            "--disk-gb",
+            "60",
+            "--hours",
+            "0.5",
+            extra_env={"VAST_API_URL": vast.url, "VAST_API_KEY": vast.api_key},
+        )
     console.print("The same command on the simulated marketplace of lying hosts (every offer looks fine):")
     sh("market", "offers", "--provider", "sim", "--download-gb", "23", "--disk-gb", "60")
 
@@ -121,8 +148,17 @@ def marketplace_seam() -> None:
 def campaign_in_money() -> None:
     section("2. What a dead host bills before anyone notices: a 100-host campaign, three policies")
     table = Table(title="sim campaign --trace marketplace (62 of 100 hosts never deliver a working GPU)")
-    cols = ("policy", "creates", "dead_hosts", "dead_host_cost_usd", "dead_host_mean_lifetime_s",
-            "good_hosts_destroyed", "jobs_completed", "total_cost_usd", "recovery_median_s")
+    cols = (
+        "policy",
+        "creates",
+        "dead_hosts",
+        "dead_host_cost_usd",
+        "dead_host_mean_lifetime_s",
+        "good_hosts_destroyed",
+        "jobs_completed",
+        "total_cost_usd",
+        "recovery_median_s",
+    )
     for c in cols:
         table.add_column(c)
     for policy in ("naive", "guarded", "oracle"):
@@ -130,8 +166,10 @@ def campaign_in_money() -> None:
         r = json.loads(proc.stdout)
         table.add_row(*[str(r.get(c)) for c in cols])
     console.print(table)
-    console.print("naive = cheapest hourly offer, waits 30 min for `running`, no preflight, notices a dead "
-                  "training after 105 min; oracle = acts on every failure at the first instant it is observable.")
+    console.print(
+        "naive = cheapest hourly offer, waits 30 min for `running`, no preflight, notices a dead "
+        "training after 105 min; oracle = acts on every failure at the first instant it is observable."
+    )
 
 
 def real_preflights() -> None:
@@ -140,8 +178,10 @@ def real_preflights() -> None:
     from app.policy.preflight import PreflightReport, judge_preflight
 
     recorded = json.loads((REPO / "bench" / "results" / "gpu_h200_2026-12-04.json").read_text())
-    console.print("The preflight's expectations come from real GPUs: `python -m trainer preflight` as two lent "
-                  "NVIDIA H200s printed it, judged against an H200 offer (141 GB):")
+    console.print(
+        "The preflight's expectations come from real GPUs: `python -m trainer preflight` as two lent "
+        "NVIDIA H200s printed it, judged against an H200 offer (141 GB):"
+    )
     table = Table()
     for c in ("machine", "bf16 TFLOP/s", "verdict (table)", "verdict (datasheet 989.5, before)"):
         table.add_column(c)
@@ -151,10 +191,18 @@ def real_preflights() -> None:
                 continue
             report = PreflightReport.from_mapping(pf["report"])
             now = judge_preflight(report, offered_gpu_name="H200", offered_gpu_ram_gb=141)
-            before = judge_preflight(report, offered_gpu_name="H200", offered_gpu_ram_gb=141,
-                                     expected_tflops=DATASHEET_PEAK_TFLOPS_BF16["H200"])
-            table.add_row(f"H200 #{run[-1]}", f"{report.tflops_bf16:.1f}", "pass" if now.passed else str(now.failure),
-                          "pass" if before.passed else str(before.failure))
+            before = judge_preflight(
+                report,
+                offered_gpu_name="H200",
+                offered_gpu_ram_gb=141,
+                expected_tflops=DATASHEET_PEAK_TFLOPS_BF16["H200"],
+            )
+            table.add_row(
+                f"H200 #{run[-1]}",
+                f"{report.tflops_bf16:.1f}",
+                "pass" if now.passed else str(now.failure),
+                "pass" if before.passed else str(before.failure),
+            )
     console.print(table)
 
 
@@ -178,9 +226,25 @@ def start_sim_server() -> subprocess.Popen[bytes]:
     url_file.unlink(missing_ok=True)
     log = (DEMO / "sim-serve.log").open("wb")
     server = subprocess.Popen(
-        [sys.executable, "-m", "app.cli.main", "sim", "serve", "--trace", str(demo_trace()), "--scale", str(SIM_SCALE),
-         "--root", str(DEMO / "sim"), "--url-file", str(url_file)],
-        cwd=REPO, env=env(), stdout=log, stderr=subprocess.STDOUT,
+        [
+            sys.executable,
+            "-m",
+            "app.cli.main",
+            "sim",
+            "serve",
+            "--trace",
+            str(demo_trace()),
+            "--scale",
+            str(SIM_SCALE),
+            "--root",
+            str(DEMO / "sim"),
+            "--url-file",
+            str(url_file),
+        ],
+        cwd=REPO,
+        env=env(),
+        stdout=log,
+        stderr=subprocess.STDOUT,
     )
     wait_for(lambda: url_file.exists() or server.poll() is not None, 60, "the simulated marketplace")
     if server.poll() is not None:
@@ -195,9 +259,13 @@ def fleet_and_job() -> None:
 
     section("3. The fleet: redis, a Celery worker, one beat, Flower (what `tuneharness up` starts)")
     server = start_sim_server()
-    EXTRA_ENV.update(TUNEHARNESS_BROKER_URL=f"redis://127.0.0.1:{free_port()}/0",
-                     TUNEHARNESS_FLOWER_PORT=str(free_port()), TUNEHARNESS_MONITOR_S="5",
-                     TUNEHARNESS_REPOLL_S="3", TUNEHARNESS_SLICE_STEPS=str(SLICE_STEPS))
+    EXTRA_ENV.update(
+        TUNEHARNESS_BROKER_URL=f"redis://127.0.0.1:{free_port()}/0",
+        TUNEHARNESS_FLOWER_PORT=str(free_port()),
+        TUNEHARNESS_MONITOR_S="5",
+        TUNEHARNESS_REPOLL_S="3",
+        TUNEHARNESS_SLICE_STEPS=str(SLICE_STEPS),
+    )
     settings = load_settings(env())
     from app.bootstrap import engine
 
@@ -206,9 +274,11 @@ def fleet_and_job() -> None:
     try:
         with stack:
             EXTRA_ENV["TUNEHARNESS_BROKER_URL"] = stack.broker_url
-            console.print(f"broker {stack.broker_url} (started for the demo), worker, beat, Flower on "
-                          f"http://127.0.0.1:{settings.flower_port}; simulated marketplace "
-                          f"{EXTRA_ENV['TUNEHARNESS_SIM_URL']} at {SIM_SCALE:.0f}x time, hosts behind real sshd")
+            console.print(
+                f"broker {stack.broker_url} (started for the demo), worker, beat, Flower on "
+                f"http://127.0.0.1:{settings.flower_port}; simulated marketplace "
+                f"{EXTRA_ENV['TUNEHARNESS_SIM_URL']} at {SIM_SCALE:.0f}x time, hosts behind real sshd"
+            )
             wait_for(lambda: b"ready." in (stack.run_dir / "worker.log").read_bytes(), 120, "the worker")
             live_job(stack)
     finally:
@@ -225,22 +295,32 @@ def live_job(stack) -> None:  # type: ignore[no-untyped-def]
     section("4. A job meets lying hosts: frozen pull, fatal pull, stale driver, then a healthy host")
     jobdir = DEMO / "job"
     jobdir.mkdir(parents=True, exist_ok=True)
-    subprocess.run([sys.executable, "-m", "trainer", "make-tiny-model", str(jobdir / "model")], cwd=REPO,
-                   env=env(), check=True, capture_output=True)
+    subprocess.run(
+        [sys.executable, "-m", "trainer", "make-tiny-model", str(jobdir / "model")],
+        cwd=REPO,
+        env=env(),
+        check=True,
+        capture_output=True,
+    )
     rows = [{"prompt": f"w{i} x{i % 7} ->", "completion": f" x{i % 7} w{i}"} for i in range(64)]
     (jobdir / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     # the gate's eval set: held-out rows the training never saw, one canary (a row it must never get wrong)
-    evals = [{"id": f"h{i}", "slice": "heldout", "prompt": f"w{i} x{i % 7} ->", "expected": f" x{i % 7} w{i}"}
-             for i in range(64, 70)]
+    evals = [
+        {"id": f"h{i}", "slice": "heldout", "prompt": f"w{i} x{i % 7} ->", "expected": f" x{i % 7} w{i}"}
+        for i in range(64, 70)
+    ]
     evals.append({"id": "c0", "slice": "canary", "prompt": "w0 x0 ->", "expected": " x0 w0"})
     (jobdir / "eval.jsonl").write_text("".join(json.dumps(r) + "\n" for r in evals))
     # the baseline it must beat: a rule that always answers x0 (recorded predictions)
-    (jobdir / "baseline.jsonl").write_text("".join(
-        json.dumps({"id": r["id"], "predicted": " x0 " + r["prompt"].split()[0]}) + "\n" for r in evals))
+    (jobdir / "baseline.jsonl").write_text(
+        "".join(json.dumps({"id": r["id"], "predicted": " x0 " + r["prompt"].split()[0]}) + "\n" for r in evals)
+    )
     (jobdir / "job.yaml").write_text(DEMO_JOB)
     gated_id = sh("submit", str(jobdir / "job.yaml")).stdout.strip()
-    console.print(f"a job with a gate trains one adapter per seed: {gated_id}-seed-1 and {gated_id}-seed-2, "
-                  "each provisioned and supervised on its own")
+    console.print(
+        f"a job with a gate trains one adapter per seed: {gated_id}-seed-1 and {gated_id}-seed-2, "
+        "each provisioned and supervised on its own"
+    )
     job_id = f"{gated_id}-seed-1"  # the run this demo watches (and interrupts)
     ledger = Ledger(engine(load_settings(env())))
 
@@ -261,19 +341,36 @@ def live_job(stack) -> None:  # type: ignore[no-untyped-def]
 
     wait_for(checkpoint_pulled, 300, "the first checkpoint to be pulled off the host", 0.5)
     victim = ledger.rows(job=job_id, kind="training_started")[-1]
-    console.print(f"[red]destroying {victim.instance} on {victim.machine} behind the fleet's back "
-                  "(the host disappears, as marketplace hosts do)[/]")
+    console.print(
+        f"[red]destroying {victim.instance} on {victim.machine} behind the fleet's back "
+        "(the host disappears, as marketplace hosts do)[/]"
+    )
     market.destroy(victim.instance or "")
     wait_for(lambda: ledger.rows(job=job_id, kind="recovery"), 300, "the job to resume elsewhere", 1.0)
     wait_for(lambda: phase(job_id) in ("failed", "done"), 400, "the job to finish training", 1.0)
-    console.print("the recovery hedges: with no verified host waiting, it rents beside its own replacement as many "
-                  "standby hosts as the marketplace's observed dud rate calls for; the first verified host takes "
-                  "the job, the others are held for a while (hold-and-batch) and then stopped by the hold sweep")
-    kinds = ("host_lost", "instance_stopped", "standby_wanted", "attempt_handed_over", "host_adopted", "host_held",
-             "host_released", "recovery", "training_started", "adapter_pulled")
+    console.print(
+        "the recovery hedges: with no verified host waiting, it rents beside its own replacement as many "
+        "standby hosts as the marketplace's observed dud rate calls for; the first verified host takes "
+        "the job, the others are held for a while (hold-and-batch) and then stopped by the hold sweep"
+    )
+    kinds = (
+        "host_lost",
+        "instance_stopped",
+        "standby_wanted",
+        "attempt_handed_over",
+        "host_adopted",
+        "host_held",
+        "host_released",
+        "recovery",
+        "training_started",
+        "adapter_pulled",
+    )
     for e in ledger.rows(job=job_id, kind=list(kinds)):
-        detail = {k: e.payload[k] for k in ("resume_step", "recovery_s", "step", "detected_at", "count", "standby")
-                  if k in e.payload}
+        detail = {
+            k: e.payload[k]
+            for k in ("resume_step", "recovery_s", "step", "detected_at", "count", "standby")
+            if k in e.payload
+        }
         console.print(f"  seq {e.seq:>3} {e.kind:<19} {e.instance or '':<7} {e.machine or '':<9} {e.reason} {detail}")
     sh("status")
     sh("hosts", "held", "--all")
@@ -281,8 +378,10 @@ def live_job(stack) -> None:  # type: ignore[no-untyped-def]
     sh("receipt", "--job", job_id)
 
     section("6. The deploy gate: both seeds' adapters against the baseline, judged on the worst seed")
-    console.print("when the last seed's adapter is pulled, the supervisor enqueues evaluate_job: each adapter "
-                  "predicts the eval set through `python -m trainer predict`, the gate judges the trial")
+    console.print(
+        "when the last seed's adapter is pulled, the supervisor enqueues evaluate_job: each adapter "
+        "predicts the eval set through `python -m trainer predict`, the gate judges the trial"
+    )
     wait_for(lambda: phase(gated_id) in ("failed", "done"), 300, "the gate's decision", 1.0)
     sh("jobs")
     for e in ledger.rows(kind=["adapter_pulled", "gate_decision", "job_evaluated"]):
@@ -290,9 +389,11 @@ def live_job(stack) -> None:  # type: ignore[no-untyped-def]
     sh("gate", "history")
     decision = ledger.rows(job=gated_id, kind="job_evaluated")
     if decision and decision[-1].payload.get("decision") == "refuse":
-        console.print(f"refused ({decision[-1].reason.split(': ', 1)[-1]}): a 40-step LoRA on a tiny random model "
-                      "does not beat the always-x0 rule on held-out rows by the worst seed (a tie is refused); the "
-                      "`gate_refused` alert is raised and nothing goes to production. That is the gate doing its job.")
+        console.print(
+            f"refused ({decision[-1].reason.split(': ', 1)[-1]}): a 40-step LoRA on a tiny random model "
+            "does not beat the always-x0 rule on held-out rows by the worst seed (a tie is refused); the "
+            "`gate_refused` alert is raised and nothing goes to production. That is the gate doing its job."
+        )
 
 
 def verify_bit_identical(job_id: str, jobdir: Path) -> None:
@@ -310,8 +411,13 @@ def verify_bit_identical(job_id: str, jobdir: Path) -> None:
     (ref / "data" / "train.jsonl").write_text((jobdir / "train.jsonl").read_text())
     (ref / "job.json").write_text(json.dumps(dict(bundle.job_json)))
     console.print("the same job trained here without interruption, for comparison...")
-    subprocess.run([sys.executable, "-m", "trainer", "run", "--job-dir", str(ref)], cwd=REPO, env=env(),
-                   check=True, capture_output=True)
+    subprocess.run(
+        [sys.executable, "-m", "trainer", "run", "--job-dir", str(ref)],
+        cwd=REPO,
+        env=env(),
+        check=True,
+        capture_output=True,
+    )
     got = load_file(str(HOME / "artifacts" / "jobs" / job_id / "adapter" / "adapter_model.safetensors"))
     want = load_file(str(ref / "adapter" / "adapter_model.safetensors"))
     diff = max(float((got[k] - want[k]).abs().max()) for k in want)
@@ -376,13 +482,17 @@ def triage_real_logs() -> None:
     # model loads once); the table shows, per state, the first excerpt of the latest batch that has it.
     rows = [r for _, test in REAL_BATCHES for r in real_rows(test)]
     path = DEMO / "triage.jsonl"
-    path.write_text("".join(json.dumps({"id": r["id"], "log": r["log"], "idle_seconds": r["idle_seconds"]}) + "\n"
-                            for r in rows))
+    path.write_text(
+        "".join(json.dumps({"id": r["id"], "log": r["log"], "idle_seconds": r["idle_seconds"]}) + "\n" for r in rows)
+    )
     out = sh("triage", "--jsonl", str(path), show=False)
     got = {g["id"]: g for g in map(json.loads, out.stdout.splitlines())}
     latest_first = [r for _, test in reversed(REAL_BATCHES) for r in rows if r["split"] == f"real-{test}"]
-    picked = [next(r for r in latest_first if r["state"] == state) for state in STATES
-              if any(r["state"] == state for r in rows)]
+    picked = [
+        next(r for r in latest_first if r["state"] == state)
+        for state in STATES
+        if any(r["state"] == state for r in rows)
+    ]
     table = Table("excerpt", "the thread's own label", "chain", "stage", "what the supervisor does")
     for r in picked:
         g = got[r["id"]]
@@ -390,8 +500,10 @@ def triage_real_logs() -> None:
         table.add_row(r["id"], r["state"], g["state"] + mark, g["stage"], g["action"])
     console.print(table)
     right = sum(1 for r in rows if got[r["id"]]["state"] == r["state"])
-    console.print(f"all {len(rows)} real test excerpts ({len(REAL_BATCHES)} batches), just now: chain right on "
-                  f"[bold]{right}[/] ({right / len(rows):.3f}); per state and per batch: `python bench/triage_real.py`")
+    console.print(
+        f"all {len(rows)} real test excerpts ({len(REAL_BATCHES)} batches), just now: chain right on "
+        f"[bold]{right}[/] ({right / len(rows):.3f}); per state and per batch: `python bench/triage_real.py`"
+    )
     # The rules stage's speed on the same excerpts, measured here (one pass, process CPU time, the
     # line memories emptied first): a reading of this machine, not a test; `bench/triage.py` has 8-32 KB.
     from app.triage import rules
@@ -401,40 +513,55 @@ def triage_real_logs() -> None:
     for r in rows:
         rules.classify(r["log"], idle_seconds=r["idle_seconds"])
     rate = len(rows) / max(time.process_time() - t0, 1e-9)
-    console.print(f"rules stage on those {len(rows)} excerpts, just now: [bold]{rate:,.0f} tails/s[/] on one core "
-                  f"(target 5,000; 8-32 KB tails: `taskset -c 0 python bench/triage.py`)")
+    console.print(
+        f"rules stage on those {len(rows)} excerpts, just now: [bold]{rate:,.0f} tails/s[/] on one core "
+        f"(target 5,000; 8-32 KB tails: `taskset -c 0 python bench/triage.py`)"
+    )
     # One train.log as a file: a rank's OOM under ~18 KB of the launcher's SIGTERM noise, a stray
     # non-UTF-8 byte in it. The CLI (and the supervisor's probe) read its last 32 KB as bytes.
-    noise = "".join(f"[rank{r}]:W1201 12:00:0{r % 10} torch/distributed/elastic/multiprocessing/api.py:897] "
-                    f"Sending process {4000 + r} closing signal SIGTERM\n" for r in range(160))
+    noise = "".join(
+        f"[rank{r}]:W1201 12:00:0{r % 10} torch/distributed/elastic/multiprocessing/api.py:897] "
+        f"Sending process {4000 + r} closing signal SIGTERM\n"
+        for r in range(160)
+    )
     log = DEMO / "train.log"
-    log.write_bytes(b"step 40 loss=1.2 \xff\n" * 2000 + b"[rank3]: torch.OutOfMemoryError: CUDA out of memory. "
-                    b"Tried to allocate 8.00 GiB\n" + noise.encode())
+    log.write_bytes(
+        b"step 40 loss=1.2 \xff\n" * 2000 + b"[rank3]: torch.OutOfMemoryError: CUDA out of memory. "
+        b"Tried to allocate 8.00 GiB\n" + noise.encode()
+    )
     t0 = time.perf_counter()
     sh("triage", str(log), "--no-specialist", "--no-llm")
-    console.print(f"one verdict from the CLI, its start-up included, just now: [bold]{time.perf_counter() - t0:.1f} s[/] "
-                  "(the rules load in about 0.3 s of it; with no LLM configured the database layer is never imported)")
+    console.print(
+        f"one verdict from the CLI, its start-up included, just now: [bold]{time.perf_counter() - t0:.1f} s[/] "
+        "(the rules load in about 0.3 s of it; with no LLM configured the database layer is never imported)"
+    )
     # A checkpoint write refused: retrying on the same host gets the same answer, so the operator is told.
     denied = DEMO / "denied.log"
-    denied.write_text("{'loss': 0.91, 'grad_norm': 1.2, 'learning_rate': 2e-05, 'epoch': 0.5}\n"
-                      "Saving model checkpoint to /workspace/out/checkpoint-500\n"
-                      "PermissionError: [Errno 13] Permission denied: '/workspace/out/checkpoint-500'\n")
+    denied.write_text(
+        "{'loss': 0.91, 'grad_norm': 1.2, 'learning_rate': 2e-05, 'epoch': 0.5}\n"
+        "Saving model checkpoint to /workspace/out/checkpoint-500\n"
+        "PermissionError: [Errno 13] Permission denied: '/workspace/out/checkpoint-500'\n"
+    )
     sh("triage", str(denied), "--no-specialist", "--no-llm")
     # A collective the NCCL watchdog timed out, its reason cut mid-word as an excerpt posted it: a stall
     # (restart the slice on the same host), where an NCCL error would have replaced the host.
     aborted = DEMO / "aborted.log"
-    aborted.write_text("  File \"torch/distributed/distributed_c10d.py\", line 1700, in all_reduce\n"
-                       "    work = default_pg.allreduce([tensor], opts)\nRuntimeError: NCCL communicator was aborted on "
-                       "rank 0.  Original reason for failure was: [Rank 0] Watchdog caug")
+    aborted.write_text(
+        '  File "torch/distributed/distributed_c10d.py", line 1700, in all_reduce\n'
+        "    work = default_pg.allreduce([tensor], opts)\nRuntimeError: NCCL communicator was aborted on "
+        "rank 0.  Original reason for failure was: [Rank 0] Watchdog caug"
+    )
     sh("triage", str(aborted), "--no-specialist", "--no-llm")
     # An OS error under a checkpoint save on a shared filesystem, its own line cut as an excerpt posted
     # it: the traceback's frames say a checkpoint was being written (io_error), not a bare exception.
     saving = DEMO / "saving.log"
-    saving.write_text("[rank8]:   File \"recipes/base_recipe.py\", line 310, in save_checkpoint\n"
-                      "[rank8]:     self.checkpointer.save_on_global_ranks(state, key, path)\n"
-                      "[rank8]:   File \"components/checkpoint/checkpointing.py\", line 2011, in _create_dirs\n"
-                      "[rank8]:     os.makedirs(directory, exist_ok=True)\n"
-                      "[rank8]: FileExistsError: [Errno 17] File e")
+    saving.write_text(
+        '[rank8]:   File "recipes/base_recipe.py", line 310, in save_checkpoint\n'
+        "[rank8]:     self.checkpointer.save_on_global_ranks(state, key, path)\n"
+        '[rank8]:   File "components/checkpoint/checkpointing.py", line 2011, in _create_dirs\n'
+        "[rank8]:     os.makedirs(directory, exist_ok=True)\n"
+        "[rank8]: FileExistsError: [Errno 17] File e"
+    )
     sh("triage", str(saving), "--no-specialist", "--no-llm")
 
 

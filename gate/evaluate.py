@@ -84,9 +84,7 @@ def parse_spec(text: str, *, what: str) -> PredictorSpec:
     """`adapter:DIR`, `command:CMD` or `predictions:FILE`."""
     kind, sep, value = text.partition(":")
     if not sep or kind not in _KINDS or not value:
-        raise EvalError(
-            f"{what}: {text!r} is not a predictor. Fix: use adapter:DIR, command:CMD or predictions:FILE"
-        )
+        raise EvalError(f"{what}: {text!r} is not a predictor. Fix: use adapter:DIR, command:CMD or predictions:FILE")
     return PredictorSpec(kind=next(k for k in _KINDS if k == kind), value=value)
 
 

@@ -54,13 +54,27 @@ class EvaluationOutcome:
     recorded_now: bool = False
 
     def as_dict(self) -> dict[str, Any]:
-        return {"job": self.job_id, "result": self.result, "detail": self.detail, "trial": self.trial_path,
-                "recorded_now": self.recorded_now}
+        return {
+            "job": self.job_id,
+            "result": self.result,
+            "detail": self.detail,
+            "trial": self.trial_path,
+            "recorded_now": self.recorded_now,
+        }
 
 
 class JobEvaluator:
-    def __init__(self, *, jobs: JobStore, store: ArtifactStore, gate: GateService, ledger: Ledger, work_dir: Path,
-                 python: str | None = None, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        *,
+        jobs: JobStore,
+        store: ArtifactStore,
+        gate: GateService,
+        ledger: Ledger,
+        work_dir: Path,
+        python: str | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         self.jobs = jobs
         self.store = store
         self.gate = gate
@@ -93,8 +107,15 @@ class JobEvaluator:
         return self._record(job_id, judgement)
 
     # -- steps ---------------------------------------------------------------------------------
-    def _trial(self, job_id: str, name: str, base_dir: str, train: Mapping[str, Any], gate: Mapping[str, Any],
-               seeds: tuple[int, ...]) -> Path:
+    def _trial(
+        self,
+        job_id: str,
+        name: str,
+        base_dir: str,
+        train: Mapping[str, Any],
+        gate: Mapping[str, Any],
+        seeds: tuple[int, ...],
+    ) -> Path:
         out = self.trial_dir(job_id)
         if out.is_dir() and (out / "gate.json").is_file():
             return out  # written atomically: complete; judge it again
@@ -113,7 +134,9 @@ class JobEvaluator:
             try:
                 cfg = json.loads(Path(str(config)).read_text(encoding="utf-8"))
             except (OSError, ValueError) as exc:
-                raise UserError(f"gate config {config}: cannot be read ({exc}). Fix: check the job file's gate.config") from None
+                raise UserError(
+                    f"gate config {config}: cannot be read ({exc}). Fix: check the job file's gate.config"
+                ) from None
             if not isinstance(cfg, dict):
                 raise UserError(f"gate config {config}: not a JSON object. Fix: write gate.json as an object")
         cfg.setdefault("model", name)
@@ -126,31 +149,51 @@ class JobEvaluator:
         # every predictor together must finish inside the evaluate queue's soft limit
         timeout_s = min(float(gate.get("timeout_s", 400.0)), (EVALUATE_SOFT_LIMIT_S - 60.0) / n_predictors)
         kwargs: dict[str, Any] = {"python": self.python} if self.python else {}
-        build_trial(out, config_path=config_path, eval_paths=[Path(str(p)) for p in gate["eval"]],
-                    baseline=str(gate["baseline"]), candidates=candidates,
-                    incumbent=str(gate["incumbent"]) if gate.get("incumbent") else None,
-                    base_model=base_model, timeout_s=timeout_s, cwd=base, **kwargs)
+        build_trial(
+            out,
+            config_path=config_path,
+            eval_paths=[Path(str(p)) for p in gate["eval"]],
+            baseline=str(gate["baseline"]),
+            candidates=candidates,
+            incumbent=str(gate["incumbent"]) if gate.get("incumbent") else None,
+            base_model=base_model,
+            timeout_s=timeout_s,
+            cwd=base,
+            **kwargs,
+        )
         shutil.rmtree(work, ignore_errors=True)
         return out
 
     def _record(self, job_id: str, judgement: Judgement) -> EvaluationOutcome:
         verdict, loaded = judgement.verdict, judgement.loaded
         codes = tuple(r.code for r in verdict.reasons)
-        self.jobs.record_evaluation(JobEvaluation(job_id, str(loaded.path), loaded.trial_hash, verdict.decision,
-                                                  codes, self.clock()))
-        self.ledger.append(Event(kind="job_evaluated", job=job_id,
-                                 reason=verdict.decision + (": " + ", ".join(codes) if codes else ""),
-                                 payload={"decision": verdict.decision, "trial_path": str(loaded.path),
-                                          "trial_hash": loaded.trial_hash, "model": loaded.meta.model,
-                                          "reasons": list(codes), "gate_seq": judgement.ledger_seq},
-                                 idempotency_key=f"{job_id}:evaluated:{loaded.trial_hash}"))
+        self.jobs.record_evaluation(
+            JobEvaluation(job_id, str(loaded.path), loaded.trial_hash, verdict.decision, codes, self.clock())
+        )
+        self.ledger.append(
+            Event(
+                kind="job_evaluated",
+                job=job_id,
+                reason=verdict.decision + (": " + ", ".join(codes) if codes else ""),
+                payload={
+                    "decision": verdict.decision,
+                    "trial_path": str(loaded.path),
+                    "trial_hash": loaded.trial_hash,
+                    "model": loaded.meta.model,
+                    "reasons": list(codes),
+                    "gate_seq": judgement.ledger_seq,
+                },
+                idempotency_key=f"{job_id}:evaluated:{loaded.trial_hash}",
+            )
+        )
         word = "promoted" if verdict.promoted else "refused: " + ", ".join(codes)
         detail = f"{word}; trial {loaded.path}"
         self.jobs.set_phase(job_id, "done", detail=detail)
         return EvaluationOutcome(job_id, verdict.decision, detail, str(loaded.path), judgement.recorded_now)
 
     def _failed(self, job_id: str, why: str) -> EvaluationOutcome:
-        self.ledger.append(Event(kind="evaluation_failed", job=job_id, reason=why[:500],
-                                 idempotency_key=f"{job_id}:evaluation_failed"))
+        self.ledger.append(
+            Event(kind="evaluation_failed", job=job_id, reason=why[:500], idempotency_key=f"{job_id}:evaluation_failed")
+        )
         self.jobs.set_phase(job_id, "failed", detail=f"evaluation failed: {why[:300]}")
         return EvaluationOutcome(job_id, "failed", why)

@@ -72,9 +72,7 @@ class MalformedTrial(UserError):
 def candidate_file(seed: str) -> str:
     name = f"candidate-seed-{seed}.jsonl"
     if not _CANDIDATE_RE.match(name):
-        raise MalformedTrial(
-            f"seed {seed!r} cannot name a file. Fix: use letters, digits, '_', '.' or '-'"
-        )
+        raise MalformedTrial(f"seed {seed!r} cannot name a file. Fix: use letters, digits, '_', '.' or '-'")
     return name
 
 
@@ -154,13 +152,11 @@ def read_rows(path: Path) -> tuple[tuple[Row, int], ...]:
             raise MalformedTrial(f"{where}: empty id. Fix: give every row a unique non-empty id")
         if not valid_slice(values["slice"]):
             raise MalformedTrial(
-                f"{where}: unknown slice {values['slice']!r}. "
-                'Fix: use "heldout", "canary" or "ood:<name>"'
+                f'{where}: unknown slice {values["slice"]!r}. Fix: use "heldout", "canary" or "ood:<name>"'
             )
         if values["id"] in seen:
             raise MalformedTrial(
-                f"{where}: id {values['id']!r} already on line {seen[values['id']]}. "
-                "Fix: one row per id in each file"
+                f"{where}: id {values['id']!r} already on line {seen[values['id']]}. Fix: one row per id in each file"
             )
         seen[values["id"]] = lineno
         rows.append((Row(**values), lineno))
@@ -215,18 +211,12 @@ def parse_gate_config(path: Path, *, default_model: str) -> tuple[GateConfig, Tr
 
     has_labels, has_max = "critical_labels" in cfg, "max_missed" in cfg
     if has_labels != has_max:
-        raise MalformedTrial(
-            f'{where}: "critical_labels" and "max_missed" go together. Fix: set both or neither'
-        )
+        raise MalformedTrial(f'{where}: "critical_labels" and "max_missed" go together. Fix: set both or neither')
     labels: frozenset[str] = frozenset()
     max_missed = None
     if has_labels:
         raw_labels = cfg["critical_labels"]
-        if (
-            not isinstance(raw_labels, list)
-            or not raw_labels
-            or not all(isinstance(x, str) and x for x in raw_labels)
-        ):
+        if not isinstance(raw_labels, list) or not raw_labels or not all(isinstance(x, str) and x for x in raw_labels):
             raise MalformedTrial(f'{where}: "critical_labels" must be a non-empty list of label strings')
         labels = frozenset(raw_labels)
         max_missed = exact(_number(cfg, "max_missed", where, lo=0.0, hi=1.0))
@@ -309,8 +299,7 @@ def load_trial(directory: Path) -> LoadedTrial:
     for name in (BASELINE_FILE, INCUMBENT_FILE):
         if name in loaded and not any(r.slice == HELDOUT for r in loaded[name]):
             raise MalformedTrial(
-                f"{directory / name}: no held-out rows. Fix: the gate compares on the "
-                '"heldout" slice; predict it'
+                f'{directory / name}: no held-out rows. Fix: the gate compares on the "heldout" slice; predict it'
             )
 
     trial = Trial(

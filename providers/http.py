@@ -215,12 +215,20 @@ class VendorClient:
                     tries = f"{attempt + 1} {'try' if attempt == 0 else 'tries'}"
                     message += f" (gave up after {tries}; wait and run it again)"
                 raise failure.error(message, provider=self.provider, status_code=status) from None
-            delay = 0.0 if _testing else backoff_s(
-                attempt=attempt, base_s=self.retry.base_s, cap_s=self.retry.cap_s, jitter=self._jitter()
+            delay = (
+                0.0
+                if _testing
+                else backoff_s(attempt=attempt, base_s=self.retry.base_s, cap_s=self.retry.cap_s, jitter=self._jitter())
             )
             log.warning(
                 "%s %s %s: %s; retry %d of %d in %.2fs",
-                self.provider, method, path, self.redact(failure.message), attempt + 1, attempts - 1, delay,
+                self.provider,
+                method,
+                path,
+                self.redact(failure.message),
+                attempt + 1,
+                attempts - 1,
+                delay,
             )
             if delay > 0:
                 self._sleep(delay)

@@ -149,14 +149,23 @@ def runpod_instance(rec: Mapping[str, Any] | None, instance_id: str, *, now: flo
     """A `pod` record as an Instance; `None` (RunPod's answer for an unknown pod) reads as gone."""
     if rec is None:
         return Instance(
-            provider=PROVIDER, instance_id=instance_id, machine_id=None, label=None, state="gone",
-            status_line=None, ssh=None, gpu_util=None, dph_total=None, started_at=None,
+            provider=PROVIDER,
+            instance_id=instance_id,
+            machine_id=None,
+            label=None,
+            state="gone",
+            status_line=None,
+            ssh=None,
+            gpu_util=None,
+            dph_total=None,
+            started_at=None,
         )
     runtime = rec.get("runtime") if isinstance(rec.get("runtime"), Mapping) else None
     ssh = _public_ssh(runtime)
     state = _state(rec.get("desiredStatus"), ssh)
     utils = [
-        u for u in (_float(g.get("gpuUtilPercent")) for g in (runtime or {}).get("gpus") or [] if isinstance(g, Mapping))
+        u
+        for u in (_float(g.get("gpuUtilPercent")) for g in (runtime or {}).get("gpus") or [] if isinstance(g, Mapping))
         if u is not None
     ]
     uptime = _float((runtime or {}).get("uptimeInSeconds"))
@@ -212,7 +221,11 @@ def _judge(response: httpx.Response) -> Failure | None:
 def _judge_gone_ok(response: httpx.Response) -> Failure | None:
     """For terminate: a pod RunPod no longer knows is already what we wanted."""
     failure = _judge(response)
-    if failure is not None and failure.error is ProviderError and any(w in failure.message.lower() for w in _GONE_WORDS):
+    if (
+        failure is not None
+        and failure.error is ProviderError
+        and any(w in failure.message.lower() for w in _GONE_WORDS)
+    ):
         return None
     return failure
 
@@ -230,7 +243,10 @@ class RunPodMarket:
     def from_env(cls, env: Mapping[str, str] | None = None) -> RunPodMarket:
         """Built from RUNPOD_API_KEY and RUNPOD_API_URL; a missing key is a SettingsError naming it."""
         key, url = api_settings(
-            env, key_var="RUNPOD_API_KEY", url_var="RUNPOD_API_URL", default_url=DEFAULT_URL,
+            env,
+            key_var="RUNPOD_API_KEY",
+            url_var="RUNPOD_API_URL",
+            default_url=DEFAULT_URL,
             key_fix="export RUNPOD_API_KEY=<key from runpod.io, Settings > API Keys>",
         )
         return cls(api_key=key, api_url=url, retry=RetryPolicy.from_env(env))
@@ -242,12 +258,19 @@ class RunPodMarket:
         self._client.close()
 
     def _graphql(
-        self, query: str, variables: Mapping[str, Any] | None = None, *, translate: Translate = _judge,
+        self,
+        query: str,
+        variables: Mapping[str, Any] | None = None,
+        *,
+        translate: Translate = _judge,
         idempotent: bool = True,
     ) -> dict[str, Any]:
         response = self._client.request(
-            "POST", self._url, json={"query": query, "variables": dict(variables or {})},
-            translate=translate, idempotent=idempotent,
+            "POST",
+            self._url,
+            json={"query": query, "variables": dict(variables or {})},
+            translate=translate,
+            idempotent=idempotent,
         )
         data = body_json(response)
         payload = data.get("data") if isinstance(data, dict) else None

@@ -144,8 +144,16 @@ def vast_instance(rec: Mapping[str, Any] | None, instance_id: str) -> Instance:
     """One record of `/instances/` as an Instance; `None` (Vast's "gone") reads as state gone."""
     if rec is None:
         return Instance(
-            provider=PROVIDER, instance_id=instance_id, machine_id=None, label=None, state="gone",
-            status_line=None, ssh=None, gpu_util=None, dph_total=None, started_at=None,
+            provider=PROVIDER,
+            instance_id=instance_id,
+            machine_id=None,
+            label=None,
+            state="gone",
+            status_line=None,
+            ssh=None,
+            gpu_util=None,
+            dph_total=None,
+            started_at=None,
         )
     state = _state(rec)
     status_msg = rec.get("status_msg")
@@ -219,7 +227,10 @@ class VastMarket:
     def from_env(cls, env: Mapping[str, str] | None = None) -> VastMarket:
         """Built from VAST_API_KEY and VAST_API_URL; a missing key is a SettingsError naming it."""
         key, url = api_settings(
-            env, key_var="VAST_API_KEY", url_var="VAST_API_URL", default_url=DEFAULT_URL,
+            env,
+            key_var="VAST_API_KEY",
+            url_var="VAST_API_URL",
+            default_url=DEFAULT_URL,
             key_fix="export VAST_API_KEY=<key from console.vast.ai, Account > API Keys>",
         )
         return cls(api_key=key, api_url=url, retry=RetryPolicy.from_env(env))
@@ -231,8 +242,14 @@ class VastMarket:
         self._client.close()
 
     def _call(
-        self, method: str, path: str, *, translate: Translate = _judge, json: Any = None,
-        params: Mapping[str, str] | None = None, idempotent: bool = True,
+        self,
+        method: str,
+        path: str,
+        *,
+        translate: Translate = _judge,
+        json: Any = None,
+        params: Mapping[str, str] | None = None,
+        idempotent: bool = True,
     ) -> tuple[int, Any]:
         response = self._client.request(
             method, path, json=json, params=params, translate=translate, idempotent=idempotent
@@ -343,8 +360,7 @@ class VastMarket:
             "PUT", f"/api/v0/instances/{instance_id}/", json={"state": state}, translate=_judge_allow_404
         )
         if code == 404:
-            raise ProviderError(f"no instance {instance_id} (HTTP 404): it is gone", provider=PROVIDER,
-                                status_code=404)
+            raise ProviderError(f"no instance {instance_id} (HTTP 404): it is gone", provider=PROVIDER, status_code=404)
 
     def stop(self, instance_id: str) -> None:
         """Stop: GPU billing ends, storage keeps billing until destroy."""

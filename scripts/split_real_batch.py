@@ -68,7 +68,7 @@ def _read(paths: list[Path]) -> list[dict]:
             except json.JSONDecodeError as e:
                 raise SystemExit(f"error: {path}:{n} is not JSON ({e.msg}); fix the line and run again") from None
             if not isinstance(row, dict):
-                raise SystemExit(f"error: {path}:{n} is not a JSON object; each line is one row {{\"id\": ..., ...}}")
+                raise SystemExit(f'error: {path}:{n} is not a JSON object; each line is one row {{"id": ..., ...}}')
             if row.get("doubt"):
                 rows.append(row)  # set aside below, unread
                 continue
@@ -94,13 +94,20 @@ def split(batch: int, paths: list[Path], *, dry_run: bool, out_dir: Path = REAL_
         log = row["log"].strip()
         thread = thread_of(row["source"])
         reason = (
-            "no github.com thread URL" if "github.com/" not in thread
-            else "thread already used" if thread in threads
-            else "id taken" if row["id"] in ids
-            else "label not a state" if row["label"] not in STATES
-            else "empty or over 16 KB" if not log or len(row["log"].encode("utf-8")) > MAX_LOG_BYTES
-            else "in handwritten.txt" if log in handwritten
-            else "overlaps an earlier excerpt" if any(log in old or (old.count("\n") >= 2 and old in log) for old in logs)
+            "no github.com thread URL"
+            if "github.com/" not in thread
+            else "thread already used"
+            if thread in threads
+            else "id taken"
+            if row["id"] in ids
+            else "label not a state"
+            if row["label"] not in STATES
+            else "empty or over 16 KB"
+            if not log or len(row["log"].encode("utf-8")) > MAX_LOG_BYTES
+            else "in handwritten.txt"
+            if log in handwritten
+            else "overlaps an earlier excerpt"
+            if any(log in old or (old.count("\n") >= 2 and old in log) for old in logs)
             else ""
         )
         if reason:
@@ -112,30 +119,42 @@ def split(batch: int, paths: list[Path], *, dry_run: bool, out_dir: Path = REAL_
         kept.append({k: row[k] for k in KEPT if k in row})
     dev, test = [], []
     for state in STATES:
-        of_state = sorted((r for r in kept if r["label"] == state), key=lambda r: hashlib.sha256(r["id"].encode()).hexdigest())
+        of_state = sorted(
+            (r for r in kept if r["label"] == state), key=lambda r: hashlib.sha256(r["id"].encode()).hexdigest()
+        )
         dev += of_state[0::2]
         test += of_state[1::2]
-    print(f"batch {batch}: {len(kept)} rows kept ({len(dev)} dev, {len(test)} test); dropped: "
-          + (", ".join(f"{n} {why}" for why, n in sorted(dropped.items())) or "none"))
-    print("per state (dev/test): " + ", ".join(
-        f"{s} {sum(r['label'] == s for r in dev)}/{sum(r['label'] == s for r in test)}" for s in STATES))
+    print(
+        f"batch {batch}: {len(kept)} rows kept ({len(dev)} dev, {len(test)} test); dropped: "
+        + (", ".join(f"{n} {why}" for why, n in sorted(dropped.items())) or "none")
+    )
+    print(
+        "per state (dev/test): "
+        + ", ".join(f"{s} {sum(r['label'] == s for r in dev)}/{sum(r['label'] == s for r in test)}" for s in STATES)
+    )
     if dry_run or not kept:
         return 0 if kept else 1
     for path, rows in ((dev_path, dev), (test_path, test)):
         tmp = path.with_suffix(".jsonl.tmp")
         tmp.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
         tmp.replace(path)
-    print(f"wrote {dev_path} and {test_path}; set REAL_BATCH_COUNT in app/triage/corpus.py to {batch} "
-          "and add the batch's row to the table in data/triage/real/README.md")
+    print(
+        f"wrote {dev_path} and {test_path}; set REAL_BATCH_COUNT in app/triage/corpus.py to {batch} "
+        "and add the batch's row to the table in data/triage/real/README.md"
+    )
     return 0
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("batch", type=int, help="the new batch's number (dev<N>/test<N>)")
-    ap.add_argument("rows", nargs="+", type=Path, help="collectors' rows.jsonl files, in order (earlier wins a shared thread)")
+    ap.add_argument(
+        "rows", nargs="+", type=Path, help="collectors' rows.jsonl files, in order (earlier wins a shared thread)"
+    )
     ap.add_argument("--dry-run", action="store_true", help="check and count, write nothing")
-    ap.add_argument("--out-dir", type=Path, default=REAL_DIR, help="where devN/testN go (default: the real data folder)")
+    ap.add_argument(
+        "--out-dir", type=Path, default=REAL_DIR, help="where devN/testN go (default: the real data folder)"
+    )
     args = ap.parse_args(argv)
     for path in args.rows:
         if not path.is_file():

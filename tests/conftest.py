@@ -129,11 +129,18 @@ def th_env(th_home: Path, redis_url: str) -> dict[str, str]:
     return env
 
 
-def run_cli(args: list[str], env: dict[str, str], *, input: str | None = None, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+def run_cli(
+    args: list[str], env: dict[str, str], *, input: str | None = None, timeout: float = 120
+) -> subprocess.CompletedProcess[str]:
     """Run the real `tuneharness` entry point in a subprocess."""
     return subprocess.run(
-        [sys.executable, "-m", "app.cli.main", *args], env=env, cwd=REPO, text=True,
-        capture_output=True, input=input, timeout=timeout,
+        [sys.executable, "-m", "app.cli.main", *args],
+        env=env,
+        cwd=REPO,
+        text=True,
+        capture_output=True,
+        input=input,
+        timeout=timeout,
     )
 
 
@@ -141,7 +148,9 @@ def run_cli(args: list[str], env: dict[str, str], *, input: str | None = None, t
 def cli(th_env: dict[str, str]):  # type: ignore[no-untyped-def]
     """Call the CLI as a user would: `cli("ledger", "show")`."""
 
-    def _run(*args: str, input: str | None = None, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    def _run(
+        *args: str, input: str | None = None, env: dict[str, str] | None = None
+    ) -> subprocess.CompletedProcess[str]:
         return run_cli(list(args), env or th_env, input=input)
 
     return _run

@@ -25,25 +25,36 @@ def _parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
     r = sub.add_parser("run", help="train one slice of the job in --job-dir")
     r.add_argument("--job-dir", required=True, type=Path)
-    r.add_argument("--max-seconds", type=float, default=None,
-                   help="wall-clock cap of this slice; exit 3 after checkpointing when reached")
-    r.add_argument("--slice-steps", type=int, default=None,
-                   help="step cap of this slice (same exit as --max-seconds); for tests and operators")
+    r.add_argument(
+        "--max-seconds",
+        type=float,
+        default=None,
+        help="wall-clock cap of this slice; exit 3 after checkpointing when reached",
+    )
+    r.add_argument(
+        "--slice-steps",
+        type=int,
+        default=None,
+        help="step cap of this slice (same exit as --max-seconds); for tests and operators",
+    )
     sl = sub.add_parser("slices", help="run the job to the end as capped slices, each a forked transaction")
     sl.add_argument("--job-dir", required=True, type=Path)
-    sl.add_argument("--slice-seconds", type=float, default=None,
-                    help="wall-clock cap of each slice (as run --max-seconds)")
+    sl.add_argument(
+        "--slice-seconds", type=float, default=None, help="wall-clock cap of each slice (as run --max-seconds)"
+    )
     sl.add_argument("--slice-steps", type=int, default=None, help="step cap of each slice (as run --slice-steps)")
-    sl.add_argument("--max-slices", type=int, default=None,
-                    help="stop after this many slices with exit 3 (resumable)")
+    sl.add_argument("--max-slices", type=int, default=None, help="stop after this many slices with exit 3 (resumable)")
     pr = sub.add_parser("predict", help="predict with base model + trained adapter")
     pr.add_argument("--job-dir", type=Path, help="a finished job directory (uses DIR/adapter)")
     pr.add_argument("--base-model", type=Path, help="base model directory (default: the one the adapter records)")
     pr.add_argument("--adapter", type=Path, help="adapter directory (default: DIR/adapter)")
     pr.add_argument("--input", type=Path, help="JSONL rows with 'id' and 'text' or 'prompt'")
     pr.add_argument("--output", type=Path, help="JSONL predictions, one per input row")
-    pr.add_argument("--serve", action="store_true",
-                    help="load once, then answer JSON lines on stdin with JSON lines on stdout until EOF")
+    pr.add_argument(
+        "--serve",
+        action="store_true",
+        help="load once, then answer JSON lines on stdin with JSON lines on stdout until EOF",
+    )
     pr.add_argument("--max-new-tokens", type=int, default=32)
     pr.add_argument("--batch-size", type=int, default=32)
     pf = sub.add_parser("preflight", help="prove the GPU computes; print one JSON line")
@@ -66,23 +77,34 @@ def main(argv: list[str] | None = None) -> int:
             parser.error("slices needs --slice-seconds S or --slice-steps N")
         from trainer.slices import run_slices
 
-        return run_slices(args.job_dir, slice_seconds=args.slice_seconds, slice_steps=args.slice_steps,
-                          max_slices=args.max_slices)
+        return run_slices(
+            args.job_dir, slice_seconds=args.slice_seconds, slice_steps=args.slice_steps, max_slices=args.max_slices
+        )
     if args.command == "predict":
         if args.serve:
             if args.input is not None or args.output is not None:
                 parser.error("predict --serve reads stdin and writes stdout; drop --input/--output")
             from trainer.predict import main_serve
 
-            return main_serve(job_dir=args.job_dir, base_model=args.base_model, adapter=args.adapter,
-                              max_new_tokens=args.max_new_tokens)
+            return main_serve(
+                job_dir=args.job_dir,
+                base_model=args.base_model,
+                adapter=args.adapter,
+                max_new_tokens=args.max_new_tokens,
+            )
         if args.input is None or args.output is None:
             parser.error("predict needs --input and --output (or --serve)")
         from trainer.predict import main_predict
 
-        return main_predict(job_dir=args.job_dir, base_model=args.base_model, adapter=args.adapter,
-                            input_path=args.input, output_path=args.output,
-                            max_new_tokens=args.max_new_tokens, batch_size=args.batch_size)
+        return main_predict(
+            job_dir=args.job_dir,
+            base_model=args.base_model,
+            adapter=args.adapter,
+            input_path=args.input,
+            output_path=args.output,
+            max_new_tokens=args.max_new_tokens,
+            batch_size=args.batch_size,
+        )
     if args.command == "preflight":
         from trainer.preflight import main_preflight
 

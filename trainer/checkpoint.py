@@ -23,9 +23,21 @@ from typing import Any
 
 from trainer.fsutil import fsync_dir, fsync_tree, remove_tree, write_bytes
 
-__all__ = ["MARKER", "Checkpoint", "CorruptCheckpoint", "checkpoint_name", "clean_stale",
-           "find_latest", "list_checkpoints", "prune", "read_state", "verify", "write_adapter",
-           "write_dir_atomically", "write_state"]
+__all__ = [
+    "MARKER",
+    "Checkpoint",
+    "CorruptCheckpoint",
+    "checkpoint_name",
+    "clean_stale",
+    "find_latest",
+    "list_checkpoints",
+    "prune",
+    "read_state",
+    "verify",
+    "write_adapter",
+    "write_dir_atomically",
+    "write_state",
+]
 
 MARKER = "COMPLETE"
 FORMAT = 1

@@ -52,9 +52,14 @@ def _check_row(row: dict[str, Any], *, task: str, where: str) -> None:
             raise RowError(f"{where}: classification rows need string fields 'text' and 'label'")
     elif "messages" in row:
         msgs = row["messages"]
-        if (not isinstance(msgs, list) or not msgs or not all(
+        if (
+            not isinstance(msgs, list)
+            or not msgs
+            or not all(
                 isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)
-                for m in msgs)):
+                for m in msgs
+            )
+        ):
             raise RowError(f"{where}: 'messages' must be a list of {{role, content}} strings")
         if msgs[-1]["role"] != "assistant":
             raise RowError(f"{where}: the last message must be the assistant's (it is what is learned)")
@@ -78,8 +83,9 @@ def prompt_text(tokenizer: Any, row: dict[str, Any]) -> str:
     return str(row["prompt"])
 
 
-def encode_rows(rows: Sequence[dict[str, Any]], tokenizer: Any, *, task: str, max_seq_len: int,
-                labels: list[str] | None = None) -> list[Encoded]:
+def encode_rows(
+    rows: Sequence[dict[str, Any]], tokenizer: Any, *, task: str, max_seq_len: int, labels: list[str] | None = None
+) -> list[Encoded]:
     out: list[Encoded] = []
     if task == "classification":
         assert labels is not None

@@ -18,13 +18,17 @@ def serving_refusal(env: Mapping[str, str] | None = None) -> str | None:
     env = os.environ if env is None else env
     role = env.get("TUNEHARNESS_ROLE", "").strip().lower()
     if role == "serving":
-        return ("refusing to train on a serving box (TUNEHARNESS_ROLE=serving): training must never "
-                "contend with an inference SLA. Fix: run the job on a training host")
+        return (
+            "refusing to train on a serving box (TUNEHARNESS_ROLE=serving): training must never "
+            "contend with an inference SLA. Fix: run the job on a training host"
+        )
     markers = [SERVING_MARKER]
     if env.get("TUNEHARNESS_SERVING_MARKER"):
         markers.append(Path(env["TUNEHARNESS_SERVING_MARKER"]))
     for marker in markers:
         if marker.exists():
-            return (f"refusing to train on a serving box (marker file {marker} exists): training must "
-                    "never contend with an inference SLA. Fix: run the job on a training host")
+            return (
+                f"refusing to train on a serving box (marker file {marker} exists): training must "
+                "never contend with an inference SLA. Fix: run the job on a training host"
+            )
     return None

@@ -72,10 +72,30 @@ class JobSpec:
         return d
 
 
-_REQUIRED = ("base_model", "task", "train_file", "max_steps", "checkpoint_every", "seed",
-             "learning_rate", "batch_size", "max_seq_len", "lora", "quantization")
-_OPTIONAL = ("eval_file", "lr_schedule", "warmup_steps", "grad_accum", "max_grad_norm",
-             "keep_checkpoints", "log_every", "status_every_s", "deterministic")
+_REQUIRED = (
+    "base_model",
+    "task",
+    "train_file",
+    "max_steps",
+    "checkpoint_every",
+    "seed",
+    "learning_rate",
+    "batch_size",
+    "max_seq_len",
+    "lora",
+    "quantization",
+)
+_OPTIONAL = (
+    "eval_file",
+    "lr_schedule",
+    "warmup_steps",
+    "grad_accum",
+    "max_grad_norm",
+    "keep_checkpoints",
+    "log_every",
+    "status_every_s",
+    "deterministic",
+)
 _LORA_FIELDS = ("r", "alpha", "dropout", "target_modules")
 _LORA_REQUIRED = ("r", "alpha", "target_modules")
 
@@ -123,8 +143,7 @@ def _lora(value: Any) -> LoraSpec:
         if key not in value:
             raise JobError(f"lora.{key}", "is required")
     targets = value["target_modules"]
-    if (not isinstance(targets, list) or not targets
-            or not all(isinstance(t, str) and t for t in targets)):
+    if not isinstance(targets, list) or not targets or not all(isinstance(t, str) and t for t in targets):
         raise JobError("lora.target_modules", f"must be a non-empty list of module names, got {targets!r}")
     return LoraSpec(
         r=_int("lora.r", value["r"], minimum=1),
@@ -178,8 +197,11 @@ def parse_job(raw: Any, *, job_dir: Path) -> JobSpec:
         if rel is not None and not spec.resolve(rel).is_file():
             raise JobError(name, f"file {spec.resolve(rel)} does not exist")
     if not spec.resolve(spec.base_model).is_dir():
-        raise JobError("base_model", f"directory {spec.resolve(spec.base_model)} does not exist "
-                       "(the trainer never downloads; push the model or use a network volume)")
+        raise JobError(
+            "base_model",
+            f"directory {spec.resolve(spec.base_model)} does not exist "
+            "(the trainer never downloads; push the model or use a network volume)",
+        )
     return spec
 
 

@@ -8,8 +8,15 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-__all__ = ["META_FILE", "LoadedModel", "compute_device", "load_base", "load_for_inference",
-           "minilm_path", "wrap_for_training"]
+__all__ = [
+    "META_FILE",
+    "LoadedModel",
+    "compute_device",
+    "load_base",
+    "load_for_inference",
+    "minilm_path",
+    "wrap_for_training",
+]
 
 META_FILE = "trainer_meta.json"
 
@@ -66,8 +73,11 @@ def load_base(base_path: Path, *, task: str, quantization: str, labels: list[str
 
         skip = ["classifier", "pooler", "score", "lm_head"] if task == "classification" else None
         kwargs["quantization_config"] = BitsAndBytesConfig(
-            load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_compute_dtype=dtype,
-            bnb_4bit_use_double_quant=True, llm_int8_skip_modules=skip,
+            load_in_4bit=True,
+            bnb_4bit_quant_type="nf4",
+            bnb_4bit_compute_dtype=dtype,
+            bnb_4bit_use_double_quant=True,
+            llm_int8_skip_modules=skip,
         )
         if device.type == "cuda":
             kwargs["device_map"] = {"": device.index or 0}
@@ -76,8 +86,12 @@ def load_base(base_path: Path, *, task: str, quantization: str, labels: list[str
         if not labels:
             raise ValueError("a classification model needs its label set")
         model = AutoModelForSequenceClassification.from_pretrained(
-            base_path, num_labels=len(labels), id2label=dict(enumerate(labels)),
-            label2id={label: i for i, label in enumerate(labels)}, **kwargs)
+            base_path,
+            num_labels=len(labels),
+            id2label=dict(enumerate(labels)),
+            label2id={label: i for i, label in enumerate(labels)},
+            **kwargs,
+        )
     else:
         model = AutoModelForCausalLM.from_pretrained(base_path, **kwargs)
     if tokenizer.pad_token is None:
@@ -89,8 +103,9 @@ def load_base(base_path: Path, *, task: str, quantization: str, labels: list[str
     return LoadedModel(model, tokenizer, task=task, labels=labels, device=device)
 
 
-def wrap_for_training(loaded: LoadedModel, *, r: int, alpha: float, dropout: float,
-                      target_modules: list[str], quantization: str) -> None:
+def wrap_for_training(
+    loaded: LoadedModel, *, r: int, alpha: float, dropout: float, target_modules: list[str], quantization: str
+) -> None:
     """Attach fresh LoRA adapters (and a trainable head for classification) in place."""
     from peft import LoraConfig, get_peft_model, prepare_model_for_kbit_training
 
@@ -101,7 +116,10 @@ def wrap_for_training(loaded: LoadedModel, *, r: int, alpha: float, dropout: flo
             model = prepare_model_for_kbit_training(model, use_gradient_checkpointing=False)
     config = LoraConfig(
         # peft annotates lora_alpha as int; it is a float scale (alpha / r) and takes one as given
-        r=r, lora_alpha=alpha, lora_dropout=dropout, target_modules=list(target_modules),  # type: ignore[arg-type]
+        r=r,
+        lora_alpha=alpha,  # type: ignore[arg-type]
+        lora_dropout=dropout,
+        target_modules=list(target_modules),
         task_type="SEQ_CLS" if loaded.task == "classification" else "CAUSAL_LM",
     )
     with warnings.catch_warnings():

@@ -57,8 +57,9 @@ def _read_input(path: Path, task: str) -> list[dict[str, Any]]:
     return rows
 
 
-def predict_rows(loaded: LoadedModel, rows: list[dict[str, Any]], *, max_seq_len: int,
-                 max_new_tokens: int = 32, batch_size: int = 32) -> list[dict[str, Any]]:
+def predict_rows(
+    loaded: LoadedModel, rows: list[dict[str, Any]], *, max_seq_len: int, max_new_tokens: int = 32, batch_size: int = 32
+) -> list[dict[str, Any]]:
     import torch
 
     model, tok = loaded.model, loaded.tokenizer
@@ -67,26 +68,50 @@ def predict_rows(loaded: LoadedModel, rows: list[dict[str, Any]], *, max_seq_len
         if loaded.task == "classification":
             labels = loaded.labels or []
             for i in range(0, len(rows), batch_size):
-                chunk = rows[i:i + batch_size]
-                enc = tok([r["text"] for r in chunk], truncation=True, max_length=max_seq_len,
-                          padding=True, return_tensors="pt").to(loaded.device)
+                chunk = rows[i : i + batch_size]
+                enc = tok(
+                    [r["text"] for r in chunk],
+                    truncation=True,
+                    max_length=max_seq_len,
+                    padding=True,
+                    return_tensors="pt",
+                ).to(loaded.device)
                 probs = torch.softmax(model(**enc).logits.float(), dim=-1).cpu()
                 for row, p in zip(chunk, probs, strict=True):
-                    out.append({"id": row["id"], "predicted": labels[int(p.argmax())],
-                                "scores": {label: round(float(p[j]), 6) for j, label in enumerate(labels)}})
+                    out.append(
+                        {
+                            "id": row["id"],
+                            "predicted": labels[int(p.argmax())],
+                            "scores": {label: round(float(p[j]), 6) for j, label in enumerate(labels)},
+                        }
+                    )
             return out
         for row in rows:
             ids = tok(prompt_text(tok, row), add_special_tokens=False, return_tensors="pt")["input_ids"]
             ids = ids[:, -max_seq_len:].to(loaded.device)
-            gen = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=max_new_tokens,
-                                 do_sample=False, pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id)
-            text = tok.decode(gen[0, ids.shape[1]:], skip_special_tokens=True)
+            gen = model.generate(
+                input_ids=ids,
+                attention_mask=torch.ones_like(ids),
+                max_new_tokens=max_new_tokens,
+                do_sample=False,
+                pad_token_id=tok.pad_token_id,
+                eos_token_id=tok.eos_token_id,
+            )
+            text = tok.decode(gen[0, ids.shape[1] :], skip_special_tokens=True)
             out.append({"id": row["id"], "predicted": text})
     return out
 
 
-def main_predict(*, job_dir: Path | None, base_model: Path | None, adapter: Path | None, input_path: Path,
-                 output_path: Path, max_new_tokens: int = 32, batch_size: int = 32) -> int:
+def main_predict(
+    *,
+    job_dir: Path | None,
+    base_model: Path | None,
+    adapter: Path | None,
+    input_path: Path,
+    output_path: Path,
+    max_new_tokens: int = 32,
+    batch_size: int = 32,
+) -> int:
     if adapter is None:
         if job_dir is None:
             print("trainer predict: give --job-dir DIR or --adapter DIR", file=sys.stderr)
@@ -99,8 +124,13 @@ def main_predict(*, job_dir: Path | None, base_model: Path | None, adapter: Path
         print(f"trainer predict: {e}", file=sys.stderr)
         return 2
     loaded = load_for_inference(adapter, base_model=base_model)
-    preds = predict_rows(loaded, rows, max_seq_len=int(meta.get("max_seq_len", 256)),
-                         max_new_tokens=max_new_tokens, batch_size=batch_size)
+    preds = predict_rows(
+        loaded,
+        rows,
+        max_seq_len=int(meta.get("max_seq_len", 256)),
+        max_new_tokens=max_new_tokens,
+        batch_size=batch_size,
+    )
     tmp = output_path.with_name(output_path.name + ".tmp")
     with open(tmp, "w", encoding="utf-8") as fh:
         for p in preds:
@@ -109,8 +139,7 @@ def main_predict(*, job_dir: Path | None, base_model: Path | None, adapter: Path
     return 0
 
 
-def serve(loaded: LoadedModel, lines: IO[bytes], out: IO[str], *, max_seq_len: int,
-          max_new_tokens: int = 32) -> int:
+def serve(loaded: LoadedModel, lines: IO[bytes], out: IO[str], *, max_seq_len: int, max_new_tokens: int = 32) -> int:
     """Answer each JSON line of `lines` with one JSON line on `out`, flushed; the number answered."""
     answered = 0
     for raw in iter(lines.readline, b""):
@@ -121,8 +150,9 @@ def serve(loaded: LoadedModel, lines: IO[bytes], out: IO[str], *, max_seq_len: i
         try:
             row = _parse_row(line, loaded.task)
             row_id = row["id"]
-            answer = predict_rows(loaded, [row], max_seq_len=max_seq_len, max_new_tokens=max_new_tokens,
-                                  batch_size=1)[0]
+            answer = predict_rows(loaded, [row], max_seq_len=max_seq_len, max_new_tokens=max_new_tokens, batch_size=1)[
+                0
+            ]
         except PredictInputError as e:
             answer = {"id": row_id, "error": str(e)}
         except Exception as e:  # one row must not end the server
@@ -133,8 +163,7 @@ def serve(loaded: LoadedModel, lines: IO[bytes], out: IO[str], *, max_seq_len: i
     return answered
 
 
-def main_serve(*, job_dir: Path | None, base_model: Path | None, adapter: Path | None,
-               max_new_tokens: int = 32) -> int:
+def main_serve(*, job_dir: Path | None, base_model: Path | None, adapter: Path | None, max_new_tokens: int = 32) -> int:
     """`predict --serve`: load base model + adapter once, answer stdin until EOF."""
     if adapter is None:
         if job_dir is None:
@@ -154,8 +183,9 @@ def main_serve(*, job_dir: Path | None, base_model: Path | None, adapter: Path |
     loaded = load_for_inference(adapter, base_model=base_model)
     labels = ",".join(loaded.labels or []) or "-"
     print(f"trainer predict: serving task={loaded.task} labels={labels}", file=sys.stderr, flush=True)
-    n = serve(loaded, sys.stdin.buffer, answers, max_seq_len=int(meta.get("max_seq_len", 256)),
-              max_new_tokens=max_new_tokens)
+    n = serve(
+        loaded, sys.stdin.buffer, answers, max_seq_len=int(meta.get("max_seq_len", 256)), max_new_tokens=max_new_tokens
+    )
     answers.close()
     print(f"trainer predict: end of input after {n} rows", file=sys.stderr, flush=True)
     return 0

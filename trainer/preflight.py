@@ -21,19 +21,35 @@ from typing import Any
 __all__ = ["main_preflight", "run_preflight"]
 
 SIM_TRUTH_ENV = "TUNEHARNESS_SIM_TRUTH"
-STALE_DRIVER_ERROR = ("CUDA driver version is insufficient for CUDA runtime version "
-                      "(cudaErrorInsufficientDriver, error 35)")
+STALE_DRIVER_ERROR = (
+    "CUDA driver version is insufficient for CUDA runtime version (cudaErrorInsufficientDriver, error 35)"
+)
 
 
 def _blank(simulated: bool) -> dict[str, Any]:
-    return {"ok": False, "cuda_initialised": False, "gpu_name": None, "vram_gb": None, "driver": None,
-            "cuda": None, "matmul_finite": False, "tflops_bf16": None, "error": None, "simulated": simulated}
+    return {
+        "ok": False,
+        "cuda_initialised": False,
+        "gpu_name": None,
+        "vram_gb": None,
+        "driver": None,
+        "cuda": None,
+        "matmul_finite": False,
+        "tflops_bf16": None,
+        "error": None,
+        "simulated": simulated,
+    }
 
 
 def _driver_version() -> str | None:
     try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-                             capture_output=True, text=True, timeout=10, check=False)
+        out = subprocess.run(
+            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=False,
+        )
     except (OSError, subprocess.SubprocessError):
         return None
     line = out.stdout.strip().splitlines()

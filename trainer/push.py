@@ -41,8 +41,10 @@ def _multipart(fields: dict[str, str], data: bytes) -> tuple[bytes, str]:
     parts = []
     for name, value in fields.items():
         parts.append(f'--{boundary}\r\nContent-Disposition: form-data; name="{name}"\r\n\r\n{value}\r\n'.encode())
-    parts.append(f'--{boundary}\r\nContent-Disposition: form-data; name="file"; filename="blob"\r\n'
-                 "Content-Type: application/octet-stream\r\n\r\n".encode())
+    parts.append(
+        f'--{boundary}\r\nContent-Disposition: form-data; name="file"; filename="blob"\r\n'
+        "Content-Type: application/octet-stream\r\n\r\n".encode()
+    )
     parts.append(data)
     parts.append(f"\r\n--{boundary}--\r\n".encode())
     return b"".join(parts), f"multipart/form-data; boundary={boundary}"

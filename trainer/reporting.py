@@ -117,9 +117,17 @@ class StatusFile:
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._state: dict[str, Any] = {
-            "step": 0, "max_steps": max_steps, "loss": None, "tokens_per_s": None,
-            "samples_per_s": None, "last_checkpoint_step": None, "phase": "loading",
-            "pid": os.getpid(), "updated_at": None, "error": None, "exit_code": None,
+            "step": 0,
+            "max_steps": max_steps,
+            "loss": None,
+            "tokens_per_s": None,
+            "samples_per_s": None,
+            "last_checkpoint_step": None,
+            "phase": "loading",
+            "pid": os.getpid(),
+            "updated_at": None,
+            "error": None,
+            "exit_code": None,
             "eval": None,
         }
         self._thread = threading.Thread(target=self._beat, name="status-heartbeat", daemon=True)

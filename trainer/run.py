@@ -37,9 +37,17 @@ from trainer.push import Pusher, PushError, load_pusher
 from trainer.reporting import StatusFile, TrainLog
 from trainer.simhost import hang_forever, load_hang, load_pace
 
-__all__ = ["EXIT_BAD_JOB", "EXIT_CAP", "EXIT_DISK_FULL", "EXIT_FAILED", "EXIT_FINISHED",
-           "EXIT_REFUSED", "ResumeRefused", "lr_factor", "run_job"]
-
+__all__ = [
+    "EXIT_BAD_JOB",
+    "EXIT_CAP",
+    "EXIT_DISK_FULL",
+    "EXIT_FAILED",
+    "EXIT_FINISHED",
+    "EXIT_REFUSED",
+    "ResumeRefused",
+    "lr_factor",
+    "run_job",
+]
 
 
 class ResumeRefused(Exception):
@@ -80,8 +88,16 @@ def _set_rng_state(state: dict[str, Any]) -> None:
 class _Run:
     """The state of one slice; methods are the verbs of the loop."""
 
-    def __init__(self, spec: JobSpec, log: TrainLog, status: StatusFile, *, started: float,
-                 max_seconds: float | None, slice_steps: int | None = None) -> None:
+    def __init__(
+        self,
+        spec: JobSpec,
+        log: TrainLog,
+        status: StatusFile,
+        *,
+        started: float,
+        max_seconds: float | None,
+        slice_steps: int | None = None,
+    ) -> None:
         self.spec = spec
         self.log = log
         self.status = status
@@ -120,16 +136,24 @@ class _Run:
         self.labels = label_set(rows) if spec.task == "classification" else None
         self.root.mkdir(parents=True, exist_ok=True)
         ckpt.clean_stale(self.root)
+
         def skipped(c: ckpt.Checkpoint, why: str) -> None:
             self.log.event("checkpoint_skipped", step=c.step, reason=why)
 
         latest = ckpt.find_latest(self.root, on_skip=skipped)
         if latest is not None:
             self._check_shape(latest)
-        self.loaded: LoadedModel = load_base(spec.resolve(spec.base_model), task=spec.task,
-                                             quantization=spec.quantization, labels=self.labels)
-        wrap_for_training(self.loaded, r=spec.lora.r, alpha=spec.lora.alpha, dropout=spec.lora.dropout,
-                          target_modules=list(spec.lora.target_modules), quantization=spec.quantization)
+        self.loaded: LoadedModel = load_base(
+            spec.resolve(spec.base_model), task=spec.task, quantization=spec.quantization, labels=self.labels
+        )
+        wrap_for_training(
+            self.loaded,
+            r=spec.lora.r,
+            alpha=spec.lora.alpha,
+            dropout=spec.lora.dropout,
+            target_modules=list(spec.lora.target_modules),
+            quantization=spec.quantization,
+        )
         tok = self.loaded.tokenizer
         self.encoded = encode_rows(rows, tok, task=spec.task, max_seq_len=spec.max_seq_len, labels=self.labels)
         self.pad_id = tok.pad_token_id if tok.pad_token_id is not None else 0
@@ -137,8 +161,9 @@ class _Run:
         self.params = [p for p in model.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(self.params, lr=spec.learning_rate, weight_decay=0.0)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
-            self.optimizer, lambda s: lr_factor(s, schedule=spec.lr_schedule,
-                                                warmup_steps=spec.warmup_steps, max_steps=spec.max_steps))
+            self.optimizer,
+            lambda s: lr_factor(s, schedule=spec.lr_schedule, warmup_steps=spec.warmup_steps, max_steps=spec.max_steps),
+        )
         if latest is not None:
             self._restore(latest)
 
@@ -153,7 +178,8 @@ class _Run:
             detail = "; ".join(f"{k}: {old.get(k)!r} -> {new[k]!r}" for k in changed)
             raise ResumeRefused(
                 f"checkpoint {latest.path.name} was written for a model of another shape ({detail}). "
-                "Fix: restore the job's original fields, or start a new job directory")
+                "Fix: restore the job's original fields, or start a new job directory"
+            )
         others = [k for k in self.spec.to_json() if k != "lora" and saved_job.get(k) != self.spec.to_json()[k]]
         if others:
             self.log.event("config_changed", fields=",".join(others))
@@ -170,8 +196,10 @@ class _Run:
         expected = {k: tuple(v.shape) for k, v in get_peft_model_state_dict(model).items()}
         got = {k: tuple(v.shape) for k, v in weights.items()}
         if expected != got:
-            raise ResumeRefused(f"checkpoint {latest.path.name} holds adapter tensors of other names or shapes. "
-                                "Fix: start a new job directory")
+            raise ResumeRefused(
+                f"checkpoint {latest.path.name} holds adapter tensors of other names or shapes. "
+                "Fix: start a new job directory"
+            )
         set_peft_model_state_dict(model, weights)
         state = ckpt.read_state(latest.path / "trainer_state.pt")
         self.optimizer.load_state_dict(state["optimizer"])
@@ -179,8 +207,7 @@ class _Run:
         _set_rng_state(state["rng"])
         self.step = int(state["step"])
         self.last_checkpoint_step = self.step
-        self.log.event("resume", step=self.step, checkpoint=latest.path.name,
-                       load_s=round(time.perf_counter() - t0, 4))
+        self.log.event("resume", step=self.step, checkpoint=latest.path.name, load_s=round(time.perf_counter() - t0, 4))
 
     # -- training ---------------------------------------------------------------------------
     def train(self) -> int:
@@ -209,9 +236,10 @@ class _Run:
             idx = batch_indices(seed=spec.seed, step=self.step, per_step=per_step, n_rows=len(self.encoded))
             loss_sum = 0.0
             for m in range(spec.grad_accum):
-                items = [self.encoded[i] for i in idx[m * spec.batch_size:(m + 1) * spec.batch_size]]
-                batch = {k: v.to(self.loaded.device) for k, v in
-                         collate(items, pad_id=self.pad_id, task=spec.task).items()}
+                items = [self.encoded[i] for i in idx[m * spec.batch_size : (m + 1) * spec.batch_size]]
+                batch = {
+                    k: v.to(self.loaded.device) for k, v in collate(items, pad_id=self.pad_id, task=spec.task).items()
+                }
                 out = model(**batch)
                 loss = out.loss / spec.grad_accum
                 loss.backward()
@@ -231,12 +259,21 @@ class _Run:
             if self.step % spec.log_every == 0 or self.step == spec.max_steps:
                 dt = max(time.perf_counter() - window_t, 1e-9)
                 tok_s, smp_s = window_tokens / dt, window_samples / dt
-                self.log.event("step", step=self.step, max_steps=spec.max_steps, loss=round(loss_sum, 6),
-                               lr=lr, grad_norm=round(grad_norm, 6), tokens_per_s=round(tok_s, 1),
-                               samples_per_s=round(smp_s, 2), elapsed_s=round(self.elapsed_s(), 3),
-                               durable=False)
-                self.status.set(step=self.step, loss=loss_sum, tokens_per_s=round(tok_s, 1),
-                                samples_per_s=round(smp_s, 2))
+                self.log.event(
+                    "step",
+                    step=self.step,
+                    max_steps=spec.max_steps,
+                    loss=round(loss_sum, 6),
+                    lr=lr,
+                    grad_norm=round(grad_norm, 6),
+                    tokens_per_s=round(tok_s, 1),
+                    samples_per_s=round(smp_s, 2),
+                    elapsed_s=round(self.elapsed_s(), 3),
+                    durable=False,
+                )
+                self.status.set(
+                    step=self.step, loss=loss_sum, tokens_per_s=round(tok_s, 1), samples_per_s=round(smp_s, 2)
+                )
                 window_t, window_tokens, window_samples = time.perf_counter(), 0, 0
             if self.step % spec.checkpoint_every == 0 or self.step == spec.max_steps:
                 self.save_checkpoint()
@@ -253,8 +290,13 @@ class _Run:
         spec = self.spec
         self.status.update(phase="checkpointing", step=self.step)
         t0 = time.perf_counter()
-        state = {"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
-                 "rng": _rng_state(), "step": self.step, "data_position": self.step}
+        state = {
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(),
+            "rng": _rng_state(),
+            "step": self.step,
+            "data_position": self.step,
+        }
 
         def fill(tmp: Path) -> None:
             ckpt.write_adapter(self.loaded.model, tmp / "adapter")
@@ -267,8 +309,13 @@ class _Run:
         ckpt.write_dir_atomically(final, fill, marker={"step": self.step, "kind": "checkpoint"})
         self.last_checkpoint_step = self.step
         removed = ckpt.prune(self.root, keep=spec.keep_checkpoints)
-        self.log.event("checkpoint", step=self.step, dir=final.name, save_s=round(time.perf_counter() - t0, 4),
-                       pruned=",".join(c.path.name for c in removed) or "-")
+        self.log.event(
+            "checkpoint",
+            step=self.step,
+            dir=final.name,
+            save_s=round(time.perf_counter() - t0, 4),
+            pruned=",".join(c.path.name for c in removed) or "-",
+        )
         self.status.update(phase="training", last_checkpoint_step=self.step)
         self.push(final, f"checkpoints/{final.name}")
 
@@ -287,9 +334,16 @@ class _Run:
     def finish(self) -> None:
         spec = self.spec
         self.status.update(phase="checkpointing", step=self.step)
-        meta = {"task": spec.task, "labels": self.labels, "quantization": spec.quantization,
-                "base_model": spec.base_model, "base_model_path": str(spec.resolve(spec.base_model).resolve()),
-                "max_seq_len": spec.max_seq_len, "steps": self.step, "seed": spec.seed}
+        meta = {
+            "task": spec.task,
+            "labels": self.labels,
+            "quantization": spec.quantization,
+            "base_model": spec.base_model,
+            "base_model_path": str(spec.resolve(spec.base_model).resolve()),
+            "max_seq_len": spec.max_seq_len,
+            "steps": self.step,
+            "seed": spec.seed,
+        }
 
         def fill(tmp: Path) -> None:
             ckpt.write_adapter(self.loaded.model, tmp)
@@ -316,16 +370,16 @@ class _Run:
         rows = read_rows(spec.resolve(spec.eval_file), task=spec.task)
         if self.labels is not None:
             rows = [r for r in rows if r["label"] in self.labels]
-        enc = encode_rows(rows, self.loaded.tokenizer, task=spec.task, max_seq_len=spec.max_seq_len,
-                          labels=self.labels)
+        enc = encode_rows(rows, self.loaded.tokenizer, task=spec.task, max_seq_len=spec.max_seq_len, labels=self.labels)
         model = self.loaded.model
         model.eval()
         losses, correct = [], 0
         with torch.no_grad():
             for i in range(0, len(enc), spec.batch_size):
-                items = enc[i:i + spec.batch_size]
-                batch = {k: v.to(self.loaded.device) for k, v in
-                         collate(items, pad_id=self.pad_id, task=spec.task).items()}
+                items = enc[i : i + spec.batch_size]
+                batch = {
+                    k: v.to(self.loaded.device) for k, v in collate(items, pad_id=self.pad_id, task=spec.task).items()
+                }
                 out = model(**batch)
                 losses.append(float(out.loss) * len(items))
                 if spec.task == "classification":
@@ -379,9 +433,15 @@ def run_job(job_dir: Path, *, max_seconds: float | None = None, slice_steps: int
             return _fail(log, None, EXIT_BAD_JOB, f"{e}. Fix: correct job.json")
         status = StatusFile(job_dir / "status.json", max_steps=spec.max_steps, every_s=spec.status_every_s)
         status.start()
-        log.event("start", pid=os.getpid(), task=spec.task, quantization=spec.quantization,
-                  max_steps=spec.max_steps, max_seconds=max_seconds if max_seconds is not None else "-",
-                  deterministic=str(spec.deterministic).lower())
+        log.event(
+            "start",
+            pid=os.getpid(),
+            task=spec.task,
+            quantization=spec.quantization,
+            max_steps=spec.max_steps,
+            max_seconds=max_seconds if max_seconds is not None else "-",
+            deterministic=str(spec.deterministic).lower(),
+        )
         run = _Run(spec, log, status, started=started, max_seconds=max_seconds, slice_steps=slice_steps)
         try:
             run.load()

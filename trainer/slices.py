@@ -38,7 +38,6 @@ from trainer.reporting import TrainLog, utc_stamp
 __all__ = ["run_slices"]
 
 
-
 class _Runner:
     def __init__(self, job_dir: Path, *, slice_seconds: float | None, slice_steps: int | None) -> None:
         self.job_dir = job_dir
@@ -162,8 +161,9 @@ def _fail(job_dir: Path, reason: str) -> int:
     return EXIT_FAILED
 
 
-def run_slices(job_dir: Path, *, slice_seconds: float | None = None, slice_steps: int | None = None,
-               max_slices: int | None = None) -> int:
+def run_slices(
+    job_dir: Path, *, slice_seconds: float | None = None, slice_steps: int | None = None, max_slices: int | None = None
+) -> int:
     """Run slices of the job in `job_dir` until it finishes, fails or is stopped; the exit code."""
     job_dir = Path(job_dir)
     if not (job_dir / "job.json").is_file():
@@ -185,13 +185,19 @@ def run_slices(job_dir: Path, *, slice_seconds: float | None = None, slice_steps
         if code == EXIT_FINISHED or (code == EXIT_CAP and runner.stopping):
             return code
         if code < 0:
-            return _fail(job_dir, f"slice {slices} was killed by {_signal_name(-code)}; the newest complete checkpoint "
-                                  "is intact. Fix: run slices again (or another host) to resume")
+            return _fail(
+                job_dir,
+                f"slice {slices} was killed by {_signal_name(-code)}; the newest complete checkpoint "
+                "is intact. Fix: run slices again (or another host) to resume",
+            )
         if code != EXIT_CAP:
             return code
         after = _newest_checkpoint_step(job_dir)
         if after == before:
-            return _fail(job_dir, f"slice {slices} made no progress (checkpoint step {after}): the slice cap "
-                                  "is shorter than loading. Fix: raise --slice-seconds")
+            return _fail(
+                job_dir,
+                f"slice {slices} made no progress (checkpoint step {after}): the slice cap "
+                "is shorter than loading. Fix: raise --slice-seconds",
+            )
         if max_slices is not None and slices >= max_slices:
             return EXIT_CAP

@@ -24,8 +24,14 @@ def causal_rows(n: int, *, seed: int = 0) -> list[dict[str, Any]]:
     for i in range(n):
         words = [rng.choice(_WORDS) for _ in range(rng.randint(2, 5))]
         if i % 4 == 3:
-            rows.append({"messages": [{"role": "user", "content": " ".join(words)},
-                                      {"role": "assistant", "content": " ".join(reversed(words))}]})
+            rows.append(
+                {
+                    "messages": [
+                        {"role": "user", "content": " ".join(words)},
+                        {"role": "assistant", "content": " ".join(reversed(words))},
+                    ]
+                }
+            )
         else:
             rows.append({"prompt": " ".join(words) + " ->", "completion": " " + " ".join(reversed(words))})
     return rows
@@ -51,10 +57,19 @@ def write_causal_job(job_dir: Path, *, base_model: Path, rows: int = 32, **overr
     write_jsonl(job_dir / "train.jsonl", causal_rows(rows, seed=1))
     write_jsonl(job_dir / "eval.jsonl", causal_rows(8, seed=2))
     job: dict[str, Any] = {
-        "base_model": str(base_model), "task": "causal_lm", "train_file": "train.jsonl",
-        "eval_file": "eval.jsonl", "max_steps": 12, "checkpoint_every": 4, "seed": 1,
-        "learning_rate": 1e-2, "lr_schedule": "cosine", "warmup_steps": 2, "batch_size": 4,
-        "grad_accum": 2, "max_seq_len": 64,
+        "base_model": str(base_model),
+        "task": "causal_lm",
+        "train_file": "train.jsonl",
+        "eval_file": "eval.jsonl",
+        "max_steps": 12,
+        "checkpoint_every": 4,
+        "seed": 1,
+        "learning_rate": 1e-2,
+        "lr_schedule": "cosine",
+        "warmup_steps": 2,
+        "batch_size": 4,
+        "grad_accum": 2,
+        "max_seq_len": 64,
         "lora": {"r": 4, "alpha": 8, "dropout": 0.1, "target_modules": ["q_proj", "v_proj"]},
         "quantization": "nf4",
     }
@@ -69,9 +84,16 @@ def write_classification_job(job_dir: Path, *, base_model: Path, rows: int = 32,
     write_jsonl(job_dir / "train.jsonl", classification_rows(rows, seed=1))
     write_jsonl(job_dir / "eval.jsonl", classification_rows(16, seed=2))
     job: dict[str, Any] = {
-        "base_model": str(base_model), "task": "classification", "train_file": "train.jsonl",
-        "eval_file": "eval.jsonl", "max_steps": 8, "checkpoint_every": 4, "seed": 1,
-        "learning_rate": 1e-3, "batch_size": 8, "max_seq_len": 32,
+        "base_model": str(base_model),
+        "task": "classification",
+        "train_file": "train.jsonl",
+        "eval_file": "eval.jsonl",
+        "max_steps": 8,
+        "checkpoint_every": 4,
+        "seed": 1,
+        "learning_rate": 1e-3,
+        "batch_size": 8,
+        "max_seq_len": 32,
         "lora": {"r": 4, "alpha": 8, "dropout": 0.1, "target_modules": ["query", "value"]},
         "quantization": "nf4",
     }

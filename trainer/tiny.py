@@ -15,9 +15,17 @@ CHAT_TEMPLATE = (
 )
 
 
-def write_tiny_causal_lm(path: str | Path, *, hidden_size: int = 64, layers: int = 2, seed: int = 0,
-                         intermediate_size: int | None = None, heads: int = 4, kv_heads: int = 2,
-                         max_positions: int = 512) -> Path:
+def write_tiny_causal_lm(
+    path: str | Path,
+    *,
+    hidden_size: int = 64,
+    layers: int = 2,
+    seed: int = 0,
+    intermediate_size: int | None = None,
+    heads: int = 4,
+    kv_heads: int = 2,
+    max_positions: int = 512,
+) -> Path:
     """Write a random Qwen2 causal LM and its tokenizer to `path`; return the path.
 
     The defaults are tiny; `bench/gpu.py` asks for a Qwen2.5-0.5B-shaped body (the byte-level
@@ -40,11 +48,17 @@ def write_tiny_causal_lm(path: str | Path, *, hidden_size: int = 64, layers: int
     fast.save_pretrained(out)
 
     config = Qwen2Config(
-        vocab_size=len(vocab), hidden_size=hidden_size,
+        vocab_size=len(vocab),
+        hidden_size=hidden_size,
         intermediate_size=intermediate_size if intermediate_size is not None else 2 * hidden_size,
-        num_hidden_layers=layers, num_attention_heads=heads, num_key_value_heads=kv_heads,
-        max_position_embeddings=max_positions, eos_token_id=vocab["<|endoftext|>"],
-        pad_token_id=vocab["<|pad|>"], bos_token_id=None, tie_word_embeddings=True,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        num_key_value_heads=kv_heads,
+        max_position_embeddings=max_positions,
+        eos_token_id=vocab["<|endoftext|>"],
+        pad_token_id=vocab["<|pad|>"],
+        bos_token_id=None,
+        tie_word_embeddings=True,
     )
     gen = torch.random.fork_rng()
     with gen:

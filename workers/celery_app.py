@@ -15,7 +15,10 @@ from app.settings import load_settings, sim_scale
 from beat_schedule import BEAT_SCHEDULE, scaled
 from workers.config import TASK_TIME_LIMITS_S, build_config, check_time_limits
 
-app = Celery("tuneharness", include=["workers.tasks", "workers.guardrails", "workers.provisioning", "workers.supervisor", "workers.evaluate"])
+app = Celery(
+    "tuneharness",
+    include=["workers.tasks", "workers.guardrails", "workers.provisioning", "workers.supervisor", "workers.evaluate"],
+)
 app.conf.update(build_config(load_settings()))
 
 app.conf.beat_schedule = scaled(BEAT_SCHEDULE, sim_scale())

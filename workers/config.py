@@ -84,8 +84,12 @@ def build_config(settings: Settings) -> dict[str, Any]:
 def check_time_limits(conf: Any, task_limits: dict[str, float] | None = None) -> None:
     """Refuse a configuration whose visibility timeout does not exceed every limit and countdown."""
     places = {
-        "broker_transport_options.visibility_timeout": (conf.get("broker_transport_options") or {}).get("visibility_timeout"),
-        "result_backend_transport_options.visibility_timeout": (conf.get("result_backend_transport_options") or {}).get("visibility_timeout"),
+        "broker_transport_options.visibility_timeout": (conf.get("broker_transport_options") or {}).get(
+            "visibility_timeout"
+        ),
+        "result_backend_transport_options.visibility_timeout": (conf.get("result_backend_transport_options") or {}).get(
+            "visibility_timeout"
+        ),
         "visibility_timeout": conf.get("visibility_timeout"),
     }
     missing = [k for k, v in places.items() if v is None]

@@ -28,7 +28,8 @@ def evaluate_job(self: Any, job_id: str) -> dict[str, Any]:
     except SoftTimeLimitExceeded:
         # a retry would run past the limit again: the job fails, the operator reads why
         why = "evaluation ran past the evaluate queue's 1800 s limit"
-        bootstrap.ledger().append(Event(kind="evaluation_failed", job=job_id, reason=why,
-                                        idempotency_key=f"{job_id}:evaluation_failed"))
+        bootstrap.ledger().append(
+            Event(kind="evaluation_failed", job=job_id, reason=why, idempotency_key=f"{job_id}:evaluation_failed")
+        )
         bootstrap.jobs().set_phase(job_id, "failed", detail=f"{why}. Fix: fewer eval rows or a smaller gate.timeout_s")
         return {"job": job_id, "result": "failed", "detail": why}

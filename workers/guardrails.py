@@ -61,8 +61,14 @@ def _ssh_util(rental: Any, inst: Any) -> float | None:
 
 
 def _summary(report: guardrails.SweepReport) -> dict[str, Any]:
-    return {"examined": report.examined, "stopped": report.stopped, "adopted": report.adopted,
-            "lost": report.lost, "errors": report.errors, "warnings": report.warnings}
+    return {
+        "examined": report.examined,
+        "stopped": report.stopped,
+        "adopted": report.adopted,
+        "lost": report.lost,
+        "errors": report.errors,
+        "warnings": report.warnings,
+    }
 
 
 @task("maintenance", "idle_watchdog")
@@ -72,10 +78,16 @@ def idle_watchdog(self: Any) -> dict[str, Any]:
 
     rentals = _rentals()
     held = Pool(rentals.engine).held_until()
-    report = guardrails.sweep_idle(rentals, _markets(rentals), now=time.time(),
-                                   notifier=bootstrap.notifier(), grace_s=idle_grace_s(), job_phase=_job_phase,
-                                   ssh_util=_ssh_util,
-                                   held_until=lambda r: held.get((r.provider, r.instance_id or "")))
+    report = guardrails.sweep_idle(
+        rentals,
+        _markets(rentals),
+        now=time.time(),
+        notifier=bootstrap.notifier(),
+        grace_s=idle_grace_s(),
+        job_phase=_job_phase,
+        ssh_util=_ssh_util,
+        held_until=lambda r: held.get((r.provider, r.instance_id or "")),
+    )
     record_success(rentals.engine, "idle-watchdog", time.time())
     return _summary(report)
 
@@ -94,7 +106,10 @@ def reconcile(self: Any) -> dict[str, Any]:
     """Join provider listings with the registry: adopt, stop orphans, mark lost."""
     rentals = _rentals()
     report = guardrails.sweep_reconcile(
-        rentals, _markets(rentals), now=time.time(), orphan_grace_s=2 * longest_create_latency_s(),
+        rentals,
+        _markets(rentals),
+        now=time.time(),
+        orphan_grace_s=2 * longest_create_latency_s(),
         notifier=bootstrap.notifier(),
     )
     record_success(rentals.engine, "reconciler", time.time())
@@ -116,10 +131,15 @@ def budget_monitor(self: Any) -> dict[str, Any]:
         ended.extend(steps)
         return bool(steps)
 
-    report = guardrails.sweep_budgets(rentals.budget, notifier=bootstrap.notifier(), rentals=rentals,
-                                      markets=_markets(rentals), now=time.time(),
-                                      checkpoint_safe=lambda job: checkpoint_safe(rentals.engine, job),
-                                      end_job=end_job)
+    report = guardrails.sweep_budgets(
+        rentals.budget,
+        notifier=bootstrap.notifier(),
+        rentals=rentals,
+        markets=_markets(rentals),
+        now=time.time(),
+        checkpoint_safe=lambda job: checkpoint_safe(rentals.engine, job),
+        end_job=end_job,
+    )
     for step in ended:
         schedule(step)
     record_success(bootstrap.engine(), "budget-monitor", time.time())

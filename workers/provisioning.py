@@ -48,8 +48,13 @@ def schedule(step: Step) -> dict[str, Any]:
     elif step.phase == "failed":
         bootstrap.jobs().set_phase(step.job_id, "failed", detail=step.failure or "")
         bootstrap.jobs().run_failed(step.job_id, detail=step.failure or "provisioning failed")
-    return {"job": step.job_id, "phase": step.phase, "wake_at": step.wake_at, "preflight": step.preflight_instance,
-            "handed_over": step.handed_over}
+    return {
+        "job": step.job_id,
+        "phase": step.phase,
+        "wake_at": step.wake_at,
+        "preflight": step.preflight_instance,
+        "handed_over": step.handed_over,
+    }
 
 
 @task("provision", "provision")
@@ -61,8 +66,9 @@ def provision(self: Any, job_id: str) -> dict[str, Any]:
     spec = spec_from_dict(rec.spec)
     bootstrap.jobs().set_phase(job_id, "provisioning", detail="ranking offers")
     try:
-        step = bootstrap.provisioning().start(job_id, req=spec.needs.requirements(), shape=spec.shape(),
-                                              standby_hosts=spec.needs.standby_hosts)
+        step = bootstrap.provisioning().start(
+            job_id, req=spec.needs.requirements(), shape=spec.shape(), standby_hosts=spec.needs.standby_hosts
+        )
     except ProviderBusy as exc:
         raise self.retry(exc=exc, countdown=30) from None
     return schedule(step)
@@ -97,5 +103,11 @@ def sweep_holds(self: Any) -> dict[str, Any]:
     for step in report.steps:
         schedule(step)
     record_success(svc.engine, "held-hosts", time.time())
-    return {"examined": report.examined, "released": report.released, "renewed": report.renewed,
-            "dropped": report.dropped, "errors": report.errors, "started": [s.job_id for s in report.steps]}
+    return {
+        "examined": report.examined,
+        "released": report.released,
+        "renewed": report.renewed,
+        "dropped": report.dropped,
+        "errors": report.errors,
+        "started": [s.job_id for s in report.steps],
+    }

@@ -17,9 +17,7 @@ from workers.config import TASK_TIME_LIMITS_S
 def task(queue: str, verb: str, **options: Any) -> Any:
     """Declare a task on `queue` with that queue's soft and hard time limits."""
     soft, hard = TASK_TIME_LIMITS_S[queue]
-    return app.task(
-        name=f"tuneharness.{queue}.{verb}", bind=True, soft_time_limit=soft, time_limit=hard, **options
-    )
+    return app.task(name=f"tuneharness.{queue}.{verb}", bind=True, soft_time_limit=soft, time_limit=hard, **options)
 
 
 @task("maintenance", "heartbeat")
@@ -38,8 +36,9 @@ def heartbeat(self: Any) -> float:
     late = [o for o in overdue(last, intervals, now=now) if o.age_s is not None]
     if late:
         names = ", ".join(f"{o.name} ({o.age_s:.0f}s ago)" for o in late)
-        bootstrap.notifier().notify(Alert("beat_overdue", f"periodic tasks overdue: {names}",
-                                          key=f"beat_overdue:{int(now // 3600)}"))
+        bootstrap.notifier().notify(
+            Alert("beat_overdue", f"periodic tasks overdue: {names}", key=f"beat_overdue:{int(now // 3600)}")
+        )
     return now
 
 

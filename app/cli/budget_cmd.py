@@ -42,10 +42,23 @@ def show(as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
 
     rows = bootstrap.budget().status()
     if as_json:
-        typer.echo(json.dumps([
-            {"name": r.name, "cap_usd": r.cap_usd, "reserved_usd": r.reserved_usd,
-             "spent_usd": r.spent_usd, "left_usd": r.left_usd, "unit": r.unit, "period": r.period}
-            for r in rows], indent=2))
+        typer.echo(
+            json.dumps(
+                [
+                    {
+                        "name": r.name,
+                        "cap_usd": r.cap_usd,
+                        "reserved_usd": r.reserved_usd,
+                        "spent_usd": r.spent_usd,
+                        "left_usd": r.left_usd,
+                        "unit": r.unit,
+                        "period": r.period,
+                    }
+                    for r in rows
+                ],
+                indent=2,
+            )
+        )
         return
     from rich.console import Console
     from rich.table import Table
@@ -54,6 +67,13 @@ def show(as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
     for col in ("name", "period", "unit", "cap", "reserved", "spent", "left"):
         table.add_column(col)
     for r in rows:
-        table.add_row(r.name, r.period, r.unit, f"{r.cap_usd:.2f}", f"{r.reserved_usd:.4f}", f"{r.spent_usd:.4f}",
-                      f"{r.left_usd:.4f}")
+        table.add_row(
+            r.name,
+            r.period,
+            r.unit,
+            f"{r.cap_usd:.2f}",
+            f"{r.reserved_usd:.4f}",
+            f"{r.spent_usd:.4f}",
+            f"{r.left_usd:.4f}",
+        )
     Console().print(table)

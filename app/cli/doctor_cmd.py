@@ -31,8 +31,12 @@ def _broker(url: str) -> Check:
 
     if broker_reachable(url):
         return Check("broker", True, url)
-    return Check("broker", False, f"unreachable at {url}",
-                 "start redis-server, set TUNEHARNESS_BROKER_URL, or run `tuneharness up`")
+    return Check(
+        "broker",
+        False,
+        f"unreachable at {url}",
+        "start redis-server, set TUNEHARNESS_BROKER_URL, or run `tuneharness up`",
+    )
 
 
 def _database() -> Check:
@@ -45,8 +49,12 @@ def _database() -> Check:
     except TuneharnessError as exc:
         return Check("database", False, str(exc), "see the message above")
     except Exception as exc:
-        return Check("database", False, f"{type(exc).__name__}: {str(exc).splitlines()[0]}",
-                     "check TUNEHARNESS_DB_URL and that the server is running")
+        return Check(
+            "database",
+            False,
+            f"{type(exc).__name__}: {str(exc).splitlines()[0]}",
+            "check TUNEHARNESS_DB_URL and that the server is running",
+        )
     from sqlalchemy.engine import make_url
 
     return Check("database", True, make_url(s.db_url).render_as_string(hide_password=True))
@@ -56,8 +64,12 @@ def _sshd() -> Check:
     path = shutil.which("sshd") or ("/usr/sbin/sshd" if Path("/usr/sbin/sshd").exists() else None)
     if path:
         return Check("sshd", True, path)
-    return Check("sshd", False, "OpenSSH server not installed (needed for the simulated hosts and tests)",
-                 "apt-get install openssh-server")
+    return Check(
+        "sshd",
+        False,
+        "OpenSSH server not installed (needed for the simulated hosts and tests)",
+        "apt-get install openssh-server",
+    )
 
 
 def _torch() -> Check:
@@ -80,11 +92,19 @@ def _beat() -> Check:
     names = ", ".join(f"{o.name} ({'never ran' if o.age_s is None else f'{o.age_s:.0f}s ago'})" for o in late)
     from app.alerts import Alert
 
-    bootstrap.notifier(background=False).notify(Alert(
-        "beat_overdue", f"periodic tasks overdue by more than three intervals: {names}",
-        key=f"beat_overdue:{int(time.time() // 3600)}"))
-    return Check("beat", False, f"overdue by more than three intervals: {names}",
-                 "start exactly one beat (`tuneharness up` does) and a worker on the maintenance queue")
+    bootstrap.notifier(background=False).notify(
+        Alert(
+            "beat_overdue",
+            f"periodic tasks overdue by more than three intervals: {names}",
+            key=f"beat_overdue:{int(time.time() // 3600)}",
+        )
+    )
+    return Check(
+        "beat",
+        False,
+        f"overdue by more than three intervals: {names}",
+        "start exactly one beat (`tuneharness up` does) and a worker on the maintenance queue",
+    )
 
 
 def doctor(as_json: Annotated[bool, typer.Option("--json")] = False) -> None:

@@ -49,7 +49,9 @@ def _finish(notifier: OutboxNotifier, exit_code: int) -> None:
 
 @app.command("judge")
 def judge(
-    trial_dir: Annotated[Path, typer.Argument(help="The trial directory (gate.json, baseline.jsonl, candidate-seed-*.jsonl).")],
+    trial_dir: Annotated[
+        Path, typer.Argument(help="The trial directory (gate.json, baseline.jsonl, candidate-seed-*.jsonl).")
+    ],
     as_json: Annotated[bool, typer.Option("--json", help="Print the decision as JSON.")] = False,
     write_decision: Annotated[
         bool, typer.Option("--write-decision", help="Also write decision.json into the trial directory.")
@@ -89,7 +91,10 @@ def history(
     for e in hist.entries:
         codes = f" ({', '.join(e.reasons)})" if e.reasons else ""
         worst = "—" if e.worst_heldout is None else f"{e.worst_heldout:.4f}"
-        typer.echo(f"{e.seq:>6}  {e.at[:19]}  {e.model:<24} {e.decision:<8} {e.metric} {worst}  trial {e.trial_hash[:12]}{codes}")
+        typer.echo(
+            f"{e.seq:>6}  {e.at[:19]}  {e.model:<24} {e.decision:<8} {e.metric} {worst}  "
+            f"trial {e.trial_hash[:12]}{codes}"
+        )
     typer.echo("in production:")
     if not hist.production:
         typer.echo("  nothing (no trial has been promoted)")
@@ -101,11 +106,19 @@ def history(
 def run(
     out: Annotated[Path, typer.Option("--out", help="The trial directory to create (must not exist).")],
     config: Annotated[Path, typer.Option("--config", help="The gate.json for this trial.")],
-    eval_sets: Annotated[list[Path], typer.Option("--eval", help="Eval-set JSONL {id, slice, expected, text|prompt}; repeatable.")],
+    eval_sets: Annotated[
+        list[Path], typer.Option("--eval", help="Eval-set JSONL {id, slice, expected, text|prompt}; repeatable.")
+    ],
     baseline: Annotated[str, typer.Option("--baseline", help="adapter:DIR, command:CMD or predictions:FILE.")],
-    candidates: Annotated[list[str], typer.Option("--candidate", help="SEED=adapter:DIR (or command:/predictions:); one per seed.")],
-    incumbent: Annotated[str | None, typer.Option("--incumbent", help="adapter:DIR, command:CMD or predictions:FILE.")] = None,
-    base_model: Annotated[Path | None, typer.Option("--base-model", help="Base model directory for adapter predictors.")] = None,
+    candidates: Annotated[
+        list[str], typer.Option("--candidate", help="SEED=adapter:DIR (or command:/predictions:); one per seed.")
+    ],
+    incumbent: Annotated[
+        str | None, typer.Option("--incumbent", help="adapter:DIR, command:CMD or predictions:FILE.")
+    ] = None,
+    base_model: Annotated[
+        Path | None, typer.Option("--base-model", help="Base model directory for adapter predictors.")
+    ] = None,
     timeout_s: Annotated[float, typer.Option("--timeout-s", help="Per-predictor time limit, seconds.")] = 3600.0,
     as_json: Annotated[bool, typer.Option("--json", help="Print the decision as JSON.")] = False,
 ) -> None:

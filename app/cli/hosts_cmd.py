@@ -37,13 +37,31 @@ def hosts(
     from rich.table import Table
 
     table = Table(title="hosts")
-    for col in ("provider", "machine", "creates", "booted", "preflight ok", "slices", "failures", "last failure", "p(deliver)", "quarantine"):
+    for col in (
+        "provider",
+        "machine",
+        "creates",
+        "booted",
+        "preflight ok",
+        "slices",
+        "failures",
+        "last failure",
+        "p(deliver)",
+        "quarantine",
+    ):
         table.add_column(col)
     for v in views:
         table.add_row(
-            str(v["provider"]), str(v["machine_id"]), str(v["creates"]), str(v["booted"]), str(v["preflight_passed"]),
-            str(v["slices_finished"]), str(len(v["failures"])), str(v["last_failure"] or "-"),  # type: ignore[arg-type]
-            f"{v['delivery_probability']:.2f}", str(v["quarantine"] or "-"),
+            str(v["provider"]),
+            str(v["machine_id"]),
+            str(v["creates"]),
+            str(v["booted"]),
+            str(v["preflight_passed"]),
+            str(v["slices_finished"]),
+            str(len(v["failures"])),  # type: ignore[arg-type]
+            str(v["last_failure"] or "-"),
+            f"{v['delivery_probability']:.2f}",
+            str(v["quarantine"] or "-"),
         )
     Console().print(table)
 
@@ -51,7 +69,9 @@ def hosts(
 @app.command("unquarantine")
 def unquarantine(
     machine_id: Annotated[str, typer.Argument(help="the machine id, as `tuneharness hosts` shows it")],
-    provider: Annotated[str | None, typer.Option("--provider", help="needed only when two providers share the id")] = None,
+    provider: Annotated[
+        str | None, typer.Option("--provider", help="needed only when two providers share the id")
+    ] = None,
 ) -> None:
     """Lift a machine's quarantine (the operator's decision; its history stays; ledger event)."""
     from app import bootstrap
@@ -89,8 +109,14 @@ def held(
     for h in rows:
         left = float(h["hold_until"]) - now
         table.add_row(
-            str(h["instance_id"]), str(h["machine_id"]), str(h["gpu_name"]), f"{h['dph_total']:.3f}", str(h["owner"]),
-            "yes" if h["standby"] else "-", "yes" if h["held_work"] else "-", str(h["state"]),
+            str(h["instance_id"]),
+            str(h["machine_id"]),
+            str(h["gpu_name"]),
+            f"{h['dph_total']:.3f}",
+            str(h["owner"]),
+            "yes" if h["standby"] else "-",
+            "yes" if h["held_work"] else "-",
+            str(h["state"]),
             f"{left / 60:.0f} min" if h["state"] == "held" and left > 0 else "-",
         )
     Console().print(table)

@@ -32,7 +32,12 @@ def show(
         table.add_column(col, overflow="fold")
     for r in rows:
         table.add_row(
-            str(r.seq), r.at[:19], r.kind, r.job or "", r.instance or "", r.provider or "",
+            str(r.seq),
+            r.at[:19],
+            r.kind,
+            r.job or "",
+            r.instance or "",
+            r.provider or "",
             r.machine or "",
             "" if r.rate_usd_per_hour is None else f"{r.rate_usd_per_hour:.4f}",
             "" if r.amount_usd is None else f"{r.amount_usd:.4f}",
@@ -67,6 +72,6 @@ def note(
     if not text.strip():
         from app.errors import UserError
 
-        raise UserError("an empty note says nothing. Fix: tuneharness ledger note \"what happened\"")
+        raise UserError('an empty note says nothing. Fix: tuneharness ledger note "what happened"')
     row = bootstrap.ledger().append(Event(kind="operator_note", job=job, instance=instance, reason=text))
     typer.echo(f"noted as seq {row.seq}")

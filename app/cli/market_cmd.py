@@ -115,16 +115,26 @@ def offers(
 
     market = _market(provider)
     query = OfferQuery(
-        gpu_names=(gpu,) if gpu else (), min_gpu_ram_gb=min_gpu_ram_gb, num_gpus=num_gpus,
-        disk_gb=disk_gb, limit=limit,
+        gpu_names=(gpu,) if gpu else (),
+        min_gpu_ram_gb=min_gpu_ram_gb,
+        num_gpus=num_gpus,
+        disk_gb=disk_gb,
+        limit=limit,
     )
     with _vendor_errors():
         found = market.search_offers(query)
     priced = [
-        (o, expected_cost(
-            dph_total=o.dph_total, storage_per_gb_month=o.storage_per_gb_month,
-            inet_down_per_gb=o.inet_down_per_gb, hours=hours, disk_gb=disk_gb, download_gb=download_gb,
-        ))
+        (
+            o,
+            expected_cost(
+                dph_total=o.dph_total,
+                storage_per_gb_month=o.storage_per_gb_month,
+                inet_down_per_gb=o.inet_down_per_gb,
+                hours=hours,
+                disk_gb=disk_gb,
+                download_gb=download_gb,
+            ),
+        )
         for o in found
     ]
     priced.sort(key=lambda pair: (pair[1].expected_cost_usd, pair[0].dph_total, pair[0].offer_id))
@@ -134,19 +144,40 @@ def offers(
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(title=f"{provider.value} offers ({len(priced)}) for {hours:g} h, {disk_gb:g} GB disk, "
-                        f"{download_gb:g} GB download")
-    for col in ("offer", "machine", "gpu", "n", "VRAM GB", "$/h", "$/GB-mo", "$/GB down", "Mb/s",
-                "reliability", "expected $"):
+    table = Table(
+        title=f"{provider.value} offers ({len(priced)}) for {hours:g} h, {disk_gb:g} GB disk, "
+        f"{download_gb:g} GB download"
+    )
+    for col in (
+        "offer",
+        "machine",
+        "gpu",
+        "n",
+        "VRAM GB",
+        "$/h",
+        "$/GB-mo",
+        "$/GB down",
+        "Mb/s",
+        "reliability",
+        "expected $",
+    ):
         table.add_column(col, overflow="fold", justify="right" if col not in ("offer", "machine", "gpu") else "left")
     flagged = False
     for o, e in priced:
         mark = "*" if e.price_unknown else ""
         flagged = flagged or bool(mark)
         table.add_row(
-            o.offer_id, o.machine_id or "-", o.gpu_name, str(o.num_gpus), f"{o.gpu_ram_gb:g}",
-            f"{o.dph_total:.4f}", _price(o.storage_per_gb_month, ".3f"), _price(o.inet_down_per_gb, ".4f"),
-            _price(o.inet_down_mbps, ".0f"), _price(o.reliability, ".3f"), f"{e.expected_cost_usd:.4f}{mark}",
+            o.offer_id,
+            o.machine_id or "-",
+            o.gpu_name,
+            str(o.num_gpus),
+            f"{o.gpu_ram_gb:g}",
+            f"{o.dph_total:.4f}",
+            _price(o.storage_per_gb_month, ".3f"),
+            _price(o.inet_down_per_gb, ".4f"),
+            _price(o.inet_down_mbps, ".0f"),
+            _price(o.reliability, ".3f"),
+            f"{e.expected_cost_usd:.4f}{mark}",
         )
     console = Console()
     console.print(table)
@@ -194,8 +225,13 @@ def instances(
         table.add_column(col, overflow="fold")
     for r in rows:
         table.add_row(
-            r["instance_id"], r["machine_id"] or "-", r["label"] or "-", r["state"], r["status_line"] or "",
-            "" if r["dph_total"] is None else f"{r['dph_total']:.4f}", r["ssh"] or "",
+            r["instance_id"],
+            r["machine_id"] or "-",
+            r["label"] or "-",
+            r["state"],
+            r["status_line"] or "",
+            "" if r["dph_total"] is None else f"{r['dph_total']:.4f}",
+            r["ssh"] or "",
         )
     Console().print(table)
 
@@ -203,16 +239,20 @@ def instances(
 # -- stop / destroy (top level) ---------------------------------------------------------------
 
 
-def _record(
-    ledger: Ledger, kind: str, provider: str, before: Instance, **payload: Any
-) -> int:
+def _record(ledger: Ledger, kind: str, provider: str, before: Instance, **payload: Any) -> int:
     from app.ledger import Event
 
-    row = ledger.append(Event(
-        kind=kind, provider=provider, instance=before.instance_id, machine=before.machine_id,
-        rate_usd_per_hour=before.dph_total, reason="operator",
-        payload={"label": before.label, "state_before": before.state, **payload},
-    ))
+    row = ledger.append(
+        Event(
+            kind=kind,
+            provider=provider,
+            instance=before.instance_id,
+            machine=before.machine_id,
+            rate_usd_per_hour=before.dph_total,
+            reason="operator",
+            payload={"label": before.label, "state_before": before.state, **payload},
+        )
+    )
     return row.seq
 
 
@@ -234,8 +274,10 @@ def stop(
     market = _market(provider)
     before = _look_up(market, instance)
     if before.state == "gone":
-        raise UserError(f"{provider.value} has no instance {instance}: it is gone, nothing to stop. "
-                        f"Fix: check the id with `tuneharness market instances --provider {provider.value}`")
+        raise UserError(
+            f"{provider.value} has no instance {instance}: it is gone, nothing to stop. "
+            f"Fix: check the id with `tuneharness market instances --provider {provider.value}`"
+        )
     try:
         market.stop(instance)
     except MarketError as exc:
@@ -243,8 +285,9 @@ def stop(
         _fail(exc)
     seq = _record(ledger, "instance_stopped", provider.value, before)
     _sync_stopped(provider.value, instance)
-    typer.echo(f"stopped {provider.value} instance {instance} (ledger seq {seq}); "
-               f"its storage bills until you destroy it")
+    typer.echo(
+        f"stopped {provider.value} instance {instance} (ledger seq {seq}); its storage bills until you destroy it"
+    )
 
 
 def _parse_age_s(text: str) -> float:
@@ -269,8 +312,14 @@ def _sync_registry(provider: str, instance: str) -> None:
     if r is None or r.state in ("destroyed", "lost"):
         return
     now = time.time()
-    if rentals.transition(r.id, to="destroyed", from_states=("active", "stopped", "intent"),
-                          kind="rental_closed", reason="operator destroyed it", now=now):
+    if rentals.transition(
+        r.id,
+        to="destroyed",
+        from_states=("active", "stopped", "intent"),
+        kind="rental_closed",
+        reason="operator destroyed it",
+        now=now,
+    ):
         rentals.settle(r.id, now=now, reason="instance destroyed by the operator")
 
 
@@ -283,15 +332,27 @@ def _sync_stopped(provider: str, instance: str) -> None:
     rentals = Rentals(bootstrap.engine())
     r = rentals.by_instance(provider, instance)
     if r is not None:
-        rentals.transition(r.id, to="stopped", from_states=("active",), kind="rental_stopped",
-                           reason="operator stopped it", now=time.time())
+        rentals.transition(
+            r.id,
+            to="stopped",
+            from_states=("active",),
+            kind="rental_stopped",
+            reason="operator stopped it",
+            now=time.time(),
+        )
 
 
 def destroy(
     provider: ProviderOpt,
-    instance: Annotated[str | None, typer.Option("--instance", "-i", help="The instance id.", show_default=False)] = None,
-    stopped: Annotated[bool, typer.Option("--stopped", help="Every stopped instance we rented (bulk clean-up).")] = False,
-    older_than: Annotated[str, typer.Option("--older-than", help="With --stopped: stopped at least this long (e.g. 1h).")] = "0s",
+    instance: Annotated[
+        str | None, typer.Option("--instance", "-i", help="The instance id.", show_default=False)
+    ] = None,
+    stopped: Annotated[
+        bool, typer.Option("--stopped", help="Every stopped instance we rented (bulk clean-up).")
+    ] = False,
+    older_than: Annotated[
+        str, typer.Option("--older-than", help="With --stopped: stopped at least this long (e.g. 1h).")
+    ] = "0s",
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask (needed without a terminal).")] = False,
 ) -> None:
     """Destroy an instance and everything on its disk: the operator's command. Ledger: operator."""
@@ -315,22 +376,31 @@ def _destroy_stopped(provider: ProviderName, min_age_s: float, older_than: str, 
 
     now = time.time()
     rentals = Rentals(bootstrap.engine())
-    doomed = [r for r in rentals.all(states=("stopped",))
-              if r.provider == provider.value and r.instance_id and now - (r.stopped_at or now) >= min_age_s]
+    doomed = [
+        r
+        for r in rentals.all(states=("stopped",))
+        if r.provider == provider.value and r.instance_id and now - (r.stopped_at or now) >= min_age_s
+    ]
     if not doomed:
         typer.echo(f"no stopped {provider.value} instances older than {older_than}")
         return
     monthly = sum((r.storage_per_gb_month or 0.0) * r.disk_gb for r in doomed)
-    typer.echo(f"will destroy {len(doomed)} stopped {provider.value} instance(s); their storage bills "
-               f"${monthly:.2f}/month (${monthly / 720:.4f}/h) until destroyed:")
+    typer.echo(
+        f"will destroy {len(doomed)} stopped {provider.value} instance(s); their storage bills "
+        f"${monthly:.2f}/month (${monthly / 720:.4f}/h) until destroyed:"
+    )
     for r in doomed:
         age_h = (now - (r.stopped_at or now)) / 3600
-        typer.echo(f"  {r.instance_id}  job {r.job}  stopped {age_h:.1f}h ago  {r.disk_gb:.0f} GB  "
-                   f"${(r.storage_per_gb_month or 0.0) * r.disk_gb:.2f}/month")
+        typer.echo(
+            f"  {r.instance_id}  job {r.job}  stopped {age_h:.1f}h ago  {r.disk_gb:.0f} GB  "
+            f"${(r.storage_per_gb_month or 0.0) * r.disk_gb:.2f}/month"
+        )
     if not yes:
         if not sys.stdin.isatty():
-            raise UserError("refusing to destroy without confirmation: no terminal to ask, nothing was "
-                            "destroyed. Fix: add --yes if you mean it")
+            raise UserError(
+                "refusing to destroy without confirmation: no terminal to ask, nothing was "
+                "destroyed. Fix: add --yes if you mean it"
+            )
         typer.confirm("Destroy all of these? Everything on their disks is lost", abort=True)
     for r in doomed:
         assert r.instance_id is not None
@@ -343,8 +413,10 @@ def _destroy_one(provider: ProviderName, instance: str, yes: bool) -> None:
     from app.market import MarketError
 
     if not yes and not sys.stdin.isatty():
-        raise UserError(f"refusing to destroy {provider.value} instance {instance}: no terminal to ask "
-                        "for confirmation, and nothing was destroyed. Fix: add --yes if you mean it")
+        raise UserError(
+            f"refusing to destroy {provider.value} instance {instance}: no terminal to ask "
+            "for confirmation, and nothing was destroyed. Fix: add --yes if you mean it"
+        )
     ledger = bootstrap.ledger()
     market = _market(provider)
     before = _look_up(market, instance)
@@ -352,7 +424,8 @@ def _destroy_one(provider: ProviderName, instance: str, yes: bool) -> None:
         rate = "?" if before.dph_total is None else f"${before.dph_total:.4f}/h"
         typer.confirm(
             f"Destroy {provider.value} instance {instance} (label {before.label or '-'}, {before.state}, {rate})? "
-            "Everything on its disk is lost", abort=True,
+            "Everything on its disk is lost",
+            abort=True,
         )
     try:
         market.destroy(instance)

@@ -41,11 +41,17 @@ def receipt(
     from rich.table import Table
 
     console = Console()
-    console.print(f"total ${data['total_usd']:.4f}: GPU ${data['gpu_usd']:.4f}, storage ${data['storage_usd']:.4f}, "
-                  f"traffic ${data['traffic_usd']:.4f}")
-    console.print(f"dead hosts {data['dead_hosts']} cost ${data['dead_host_cost_usd']:.4f}; "
-                  f"idle GPU time billed {data['idle_seconds_billed']:.0f}s")
-    console.print(f"still billing ${data['billing_per_hour_now']:.4f}/h: running {data['running']}, stopped {data['stopped']}")
+    console.print(
+        f"total ${data['total_usd']:.4f}: GPU ${data['gpu_usd']:.4f}, storage ${data['storage_usd']:.4f}, "
+        f"traffic ${data['traffic_usd']:.4f}"
+    )
+    console.print(
+        f"dead hosts {data['dead_hosts']} cost ${data['dead_host_cost_usd']:.4f}; "
+        f"idle GPU time billed {data['idle_seconds_billed']:.0f}s"
+    )
+    console.print(
+        f"still billing ${data['billing_per_hour_now']:.4f}/h: running {data['running']}, stopped {data['stopped']}"
+    )
     for title, key in (("by job", "by_job"), ("by provider", "by_provider"), ("by reason", "by_reason")):
         table = Table(title=title)
         table.add_column(title.split()[-1])

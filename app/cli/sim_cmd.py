@@ -14,17 +14,29 @@ app = typer.Typer(help="The simulated marketplace of lying hosts.", no_args_is_h
 
 @app.command("serve")
 def serve(
-    trace: str = typer.Option("smoke", "--trace", help="trace file, or a shipped trace name: smoke, marketplace, adversarial"),
+    trace: str = typer.Option(
+        "smoke", "--trace", help="trace file, or a shipped trace name: smoke, marketplace, adversarial"
+    ),
     scale: float = typer.Option(1.0, "--scale", help="simulated seconds per wall second"),
     port: int = typer.Option(0, "--port", help="TCP port on 127.0.0.1 (0: pick a free one)"),
-    root: str | None = typer.Option(None, "--root", help="directory for the sim hosts' sandboxes and sshd files (default: a temp dir, removed on exit)"),
+    root: str | None = typer.Option(
+        None,
+        "--root",
+        help="directory for the sim hosts' sandboxes and sshd files (default: a temp dir, removed on exit)",
+    ),
     url_file: str | None = typer.Option(None, "--url-file", help="also write the server's URL to this file"),
     train_step_s: float | None = typer.Option(
-        None, "--train-step-s", help="simulated seconds a training step takes on a host at full speed "
-        "(its tflops_factor slows it); default: the trainer's own pace"),
+        None,
+        "--train-step-s",
+        help="simulated seconds a training step takes on a host at full speed "
+        "(its tflops_factor slows it); default: the trainer's own pace",
+    ),
     train_start_s: float | None = typer.Option(
-        None, "--train-start-s", help="with --train-step-s: simulated seconds a trainer takes to start "
-        "(imports, loading the model) before its first step"),
+        None,
+        "--train-start-s",
+        help="with --train-step-s: simulated seconds a trainer takes to start "
+        "(imports, loading the model) before its first step",
+    ),
 ) -> None:
     """Serve a simulated marketplace on 127.0.0.1; every running host answers over real SSH."""
     from app import bootstrap
@@ -43,8 +55,16 @@ def serve(
         typer.echo(f"sim market on {url} (trace {trace}, {scale:g}x); export TUNEHARNESS_SIM_URL={url}")
 
     try:
-        bootstrap.sim_serve(trace, scale=scale, port=port, root=root, url_file=url_file, announce=announce,
-                            train_step_s=train_step_s, train_start_s=train_start_s)
+        bootstrap.sim_serve(
+            trace,
+            scale=scale,
+            port=port,
+            root=root,
+            url_file=url_file,
+            announce=announce,
+            train_step_s=train_step_s,
+            train_start_s=train_start_s,
+        )
     except OSError as exc:
         raise UserError(f"cannot serve on 127.0.0.1:{port}: {exc.strerror}. Fix: pick another --port") from None
     except KeyboardInterrupt:
@@ -53,16 +73,21 @@ def serve(
 
 @app.command("campaign")
 def campaign(
-    trace: str = typer.Option(..., "--trace", help="trace file, or a shipped trace name: smoke, marketplace, adversarial"),
+    trace: str = typer.Option(
+        ..., "--trace", help="trace file, or a shipped trace name: smoke, marketplace, adversarial"
+    ),
     policy: str = typer.Option("guarded", "--policy", help="guarded, naive or oracle"),
     jobs: int | None = typer.Option(None, "--jobs", help="number of jobs (default: the trace's workload)"),
     seed: int = typer.Option(0, "--seed", help="seed for the policy's jitter"),
     as_json: bool = typer.Option(False, "--json", help="print the receipt as one JSON object"),
     standby_hosts: int = typer.Option(0, "--standby-hosts", help="verified hosts kept waiting for recoveries"),
     driver: str = typer.Option(
-        "virtual", "--driver", help="virtual: the campaign simulator, in virtual time (seconds); celery: the "
+        "virtual",
+        "--driver",
+        help="virtual: the campaign simulator, in virtual time (seconds); celery: the "
         "same trace through the real-time fleet (Redis, a Celery worker and beat, sim serve with real sshd "
-        "hosts, the real trainer on the CPU), in scaled time (minutes)"),
+        "hosts, the real trainer on the CPU), in scaled time (minutes)",
+    ),
     scale: float = typer.Option(3.0, "--scale", help="with --driver celery: simulated seconds per wall second"),
 ) -> None:
     """Replay a whole campaign; the receipt comes from the simulator's billing and truth.
@@ -85,10 +110,13 @@ def campaign(
         raise UserError(f"--driver {driver!r} is not a driver. Fix: pass virtual or celery")
     if driver == "celery":
         if policy != "guarded" or standby_hosts:
-            raise UserError("--driver celery runs what production runs: the guarded policy, with the job files' "
-                            "standby pools. Fix: drop --policy and --standby-hosts, or use --driver virtual")
-        receipt = bootstrap.sim_campaign_realtime(trace, jobs=jobs, scale=scale,
-                                                  progress=None if as_json else lambda m: typer.echo(m, err=True))
+            raise UserError(
+                "--driver celery runs what production runs: the guarded policy, with the job files' "
+                "standby pools. Fix: drop --policy and --standby-hosts, or use --driver virtual"
+            )
+        receipt = bootstrap.sim_campaign_realtime(
+            trace, jobs=jobs, scale=scale, progress=None if as_json else lambda m: typer.echo(m, err=True)
+        )
     else:
         receipt = bootstrap.sim_campaign(trace, policy=policy, jobs=jobs, seed=seed, standby_hosts=standby_hosts)
     if as_json:

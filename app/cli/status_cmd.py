@@ -54,10 +54,9 @@ def collect(*, now: float | None = None) -> dict[str, Any]:
     engine = bootstrap.engine()
     rentals = Rentals(engine)
     with engine.connect() as conn:
-        prov = {r.job_id: load_job(json.loads(r.state_json))
-                for r in conn.execute(ProvisioningStateRow.__table__.select())}  # type: ignore[attr-defined]
-        watches = {r.job_id: Watch.from_json(r.state_json)
-                   for r in conn.execute(SupervisionRow.__table__.select())}  # type: ignore[attr-defined]
+        states = ProvisioningStateRow.__table__  # type: ignore[attr-defined]
+        prov = {r.job_id: load_job(json.loads(r.state_json)) for r in conn.execute(states.select())}
+        watches = {r.job_id: Watch.from_json(r.state_json) for r in conn.execute(SupervisionRow.__table__.select())}  # type: ignore[attr-defined]
     all_rentals = rentals.all()
     jobs_out: list[dict[str, Any]] = []
     for rec in bootstrap.jobs().list():
@@ -70,15 +69,26 @@ def collect(*, now: float | None = None) -> dict[str, Any]:
         eta = None
         if w.max_steps and w.steps_per_s and rec.phase == "training":
             eta = max(0.0, (w.max_steps - w.step) / w.steps_per_s)
-        jobs_out.append({
-            "job_id": rec.job_id, "name": rec.name, "phase": rec.phase, "step": w.step, "max_steps": w.max_steps,
-            "loss": w.loss, "eta_s": eta, "host": att.machine_id if att is not None else None,
-            "instance": att.instance_id if att is not None else None,
-            "provider": att.provider if att is not None else None,
-            "spent_usd": round(spent, 6), "usd_per_hour": round(per_hour, 6),
-            "heartbeat_age_s": None if w.last_heartbeat_at is None else max(0.0, now - w.last_heartbeat_at),
-            "pulled_step": w.pulled_step, "recoveries": w.recoveries, "detail": rec.detail,
-        })
+        jobs_out.append(
+            {
+                "job_id": rec.job_id,
+                "name": rec.name,
+                "phase": rec.phase,
+                "step": w.step,
+                "max_steps": w.max_steps,
+                "loss": w.loss,
+                "eta_s": eta,
+                "host": att.machine_id if att is not None else None,
+                "instance": att.instance_id if att is not None else None,
+                "provider": att.provider if att is not None else None,
+                "spent_usd": round(spent, 6),
+                "usd_per_hour": round(per_hour, 6),
+                "heartbeat_age_s": None if w.last_heartbeat_at is None else max(0.0, now - w.last_heartbeat_at),
+                "pulled_step": w.pulled_step,
+                "recoveries": w.recoveries,
+                "detail": rec.detail,
+            }
+        )
     reps = {(h.record.provider, h.record.machine_id): h.to_dict(now=now) for h in bootstrap.reputation().hosts()}
     from app.services.pool import Pool
 
@@ -89,24 +99,43 @@ def collect(*, now: float | None = None) -> dict[str, Any]:
             continue
         rep = reps.get((r.provider, r.machine_id or ""), {})
         h = held.get((r.provider, r.instance_id or ""))
-        hosts_out.append({"instance": r.instance_id, "provider": r.provider, "machine_id": r.machine_id,
-                          "job": r.job, "state": r.state, "usd_per_hour": r.rate_usd_per_hour,
-                          "held": None if h is None else {"standby": h.standby, "hold_until": h.hold_until,
-                                                          "released_by": h.released_by},
-                          "delivery_probability": rep.get("delivery_probability"),
-                          "failures": len(rep.get("failures", []) or []),  # type: ignore[arg-type]
-                          "quarantined": rep.get("quarantined", False)})
+        hosts_out.append(
+            {
+                "instance": r.instance_id,
+                "provider": r.provider,
+                "machine_id": r.machine_id,
+                "job": r.job,
+                "state": r.state,
+                "usd_per_hour": r.rate_usd_per_hour,
+                "held": None
+                if h is None
+                else {"standby": h.standby, "hold_until": h.hold_until, "released_by": h.released_by},
+                "delivery_probability": rep.get("delivery_probability"),
+                "failures": len(rep.get("failures", []) or []),  # type: ignore[arg-type]
+                "quarantined": rep.get("quarantined", False),
+            }
+        )
     since = datetime.now(UTC) - timedelta(seconds=WINDOW_S)
     ledger = Ledger(engine)
     lost = ledger.rows(kind="host_lost", since=since)
     recs = ledger.rows(kind="recovery", since=since)
     summary = recovery_summary([float(r.payload.get("recovery_s", 0.0)) for r in recs])
     interruptions = {
-        "window_days": 30, "count": len(lost), "resumed": summary["resumed"],
-        "recovery_median_s": summary["median_s"], "recovery_p90_s": summary["p90_s"],
-        "recoveries": [{"job": r.job, **{k: r.payload.get(k) for k in
-                                         ("cause", "lost_machine", "machine_id", "recovery_s", "resume_step",
-                                          "lost_step")}} for r in recs],
+        "window_days": 30,
+        "count": len(lost),
+        "resumed": summary["resumed"],
+        "recovery_median_s": summary["median_s"],
+        "recovery_p90_s": summary["p90_s"],
+        "recoveries": [
+            {
+                "job": r.job,
+                **{
+                    k: r.payload.get(k)
+                    for k in ("cause", "lost_machine", "machine_id", "recovery_s", "resume_step", "lost_step")
+                },
+            }
+            for r in recs
+        ],
     }
     return {"now": now, "jobs": jobs_out, "hosts": hosts_out, "interruptions": interruptions}
 
@@ -128,20 +157,39 @@ def _render(data: dict[str, Any]) -> None:
     for j in data["jobs"]:
         step = f"{j['step']}/{j['max_steps']}" if j["max_steps"] else str(j["step"])
         loss = "-" if j["loss"] is None else f"{j['loss']:.4g}"
-        jobs.add_row(j["job_id"], j["phase"], step, loss, _fmt_s(j["eta_s"]), j["host"] or "-",
-                     f"{j['spent_usd']:.4f}", f"{j['usd_per_hour']:.3f}", _fmt_s(j["heartbeat_age_s"]))
+        jobs.add_row(
+            j["job_id"],
+            j["phase"],
+            step,
+            loss,
+            _fmt_s(j["eta_s"]),
+            j["host"] or "-",
+            f"{j['spent_usd']:.4f}",
+            f"{j['usd_per_hour']:.3f}",
+            _fmt_s(j["heartbeat_age_s"]),
+        )
     console.print(jobs)
     hosts = Table(title="hosts")
     for col in ("instance", "machine", "job", "state", "$/h", "delivery p", "failures", "quarantined"):
         hosts.add_column(col)
     for h in data["hosts"]:
         state = h["state"] if not h.get("held") else f"{h['state']} ({'standby' if h['held']['standby'] else 'held'})"
-        hosts.add_row(str(h["instance"]), str(h["machine_id"]), h["job"], state, str(h["usd_per_hour"]),
-                      str(h["delivery_probability"]), str(h["failures"]), "yes" if h["quarantined"] else "no")
+        hosts.add_row(
+            str(h["instance"]),
+            str(h["machine_id"]),
+            h["job"],
+            state,
+            str(h["usd_per_hour"]),
+            str(h["delivery_probability"]),
+            str(h["failures"]),
+            "yes" if h["quarantined"] else "no",
+        )
     console.print(hosts)
     i = data["interruptions"]
-    console.print(f"interruptions (30 days): {i['count']}, resumed {i['resumed']}, recovery median "
-                  f"{_fmt_s(i['recovery_median_s'])}, p90 {_fmt_s(i['recovery_p90_s'])}")
+    console.print(
+        f"interruptions (30 days): {i['count']}, resumed {i['resumed']}, recovery median "
+        f"{_fmt_s(i['recovery_median_s'])}, p90 {_fmt_s(i['recovery_p90_s'])}"
+    )
 
 
 def status(

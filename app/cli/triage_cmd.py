@@ -64,8 +64,12 @@ def _print_result(res: dict[str, Any], *, as_json: bool) -> None:
 @app.callback()
 def triage(
     ctx: typer.Context,
-    jsonl: Annotated[Path | None, typer.Option("--jsonl", help="JSON lines {id, log, idle_seconds?}; '-' for stdin.")] = None,
-    output: Annotated[Path | None, typer.Option("--output", "-o", help="With --jsonl: write results here (default stdout).")] = None,
+    jsonl: Annotated[
+        Path | None, typer.Option("--jsonl", help="JSON lines {id, log, idle_seconds?}; '-' for stdin.")
+    ] = None,
+    output: Annotated[
+        Path | None, typer.Option("--output", "-o", help="With --jsonl: write results here (default stdout).")
+    ] = None,
     no_specialist: Annotated[bool, typer.Option("--no-specialist", help="Skip the specialist model.")] = False,
     no_llm: Annotated[bool, typer.Option("--no-llm", help="Never call the escalation LLM.")] = False,
 ) -> None:
@@ -91,12 +95,20 @@ def triage(
             except json.JSONDecodeError as exc:
                 raise UserError(f"{jsonl}:{lineno}: not JSON ({exc.msg}). Fix: one JSON object per line") from None
             if not isinstance(obj, dict) or not isinstance(obj.get("log", ""), str):
-                raise UserError(f"{jsonl}:{lineno}: a row is an object with a string 'log'. Fix: {{\"id\": ..., \"log\": ...}}")
+                raise UserError(
+                    f'{jsonl}:{lineno}: a row is an object with a string \'log\'. Fix: {{"id": ..., "log": ...}}'
+                )
             idle = obj.get("idle_seconds")
             if idle is not None and (isinstance(idle, bool) or not isinstance(idle, int | float)):
                 raise UserError(f"{jsonl}:{lineno}: idle_seconds must be a number")
-            rows.append(TriageInput(str(obj.get("id", lineno)), obj.get("log") or "",
-                                    None if idle is None else float(idle), obj.get("job")))
+            rows.append(
+                TriageInput(
+                    str(obj.get("id", lineno)),
+                    obj.get("log") or "",
+                    None if idle is None else float(idle),
+                    obj.get("job"),
+                )
+            )
     results = _chain(specialist=not no_specialist, llm=not no_llm).triage_many(rows)
     out = output.open("w", encoding="utf-8") if output is not None else None
     try:
@@ -114,8 +126,12 @@ def triage(
 @app.command("file", hidden=True)
 def triage_file(
     file: Annotated[Path, typer.Argument(help="The train.log (read from its tail).")],
-    idle_seconds: Annotated[float | None, typer.Option("--idle-seconds", help="Seconds since the log last grew.")] = None,
-    idle_from_mtime: Annotated[bool, typer.Option("--idle-from-mtime", help="Take idle seconds from the file's mtime.")] = False,
+    idle_seconds: Annotated[
+        float | None, typer.Option("--idle-seconds", help="Seconds since the log last grew.")
+    ] = None,
+    idle_from_mtime: Annotated[
+        bool, typer.Option("--idle-from-mtime", help="Take idle seconds from the file's mtime.")
+    ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object on stdout.")] = False,
     tail_kb: Annotated[int, typer.Option("--tail-kb", min=1, max=1024, help="How much of the tail to read.")] = 32,
     no_specialist: Annotated[bool, typer.Option("--no-specialist", help="Skip the specialist model.")] = False,
@@ -141,19 +157,33 @@ def triage_file(
 
 @app.command("train-specialist")
 def train_specialist(
-    out: Annotated[Path, typer.Option("--out", help="Work directory: corpus, job dirs, trial.")] = Path("triage-specialist"),
+    out: Annotated[Path, typer.Option("--out", help="Work directory: corpus, job dirs, trial.")] = Path(
+        "triage-specialist"
+    ),
     seeds: Annotated[str, typer.Option("--seeds", help="Comma-separated training seeds (two for the gate).")] = "1,2",
     max_steps: Annotated[int, typer.Option("--max-steps", min=1)] = 200,
     max_seq_len: Annotated[int, typer.Option("--max-seq-len", min=16)] = 128,
     quantization: Annotated[str, typer.Option("--quantization", help="nf4 or none (nf4 is slow on CPU).")] = "nf4",
     corpus_seed: Annotated[int, typer.Option("--corpus-seed")] = 8,
     learning_rate: Annotated[float, typer.Option("--learning-rate")] = 3e-3,
-    reuse: Annotated[bool, typer.Option("--reuse", help="Keep seeds already trained in --out; re-evaluate only.")] = False,
-    real_dev_weight: Annotated[int, typer.Option("--real-dev-weight", min=0,
-                                                 help="Times each real dev excerpt joins the train split (0: generated only).")] = 3,
-    real_batches: Annotated[int | None, typer.Option("--real-batches", min=1,
-                                                     help="Train on the dev halves of the first N real batches only (default: all).")] = None,
-    install: Annotated[bool, typer.Option("--install", help="Copy the best seed's adapter into the package if the gate promotes.")] = False,
+    reuse: Annotated[
+        bool, typer.Option("--reuse", help="Keep seeds already trained in --out; re-evaluate only.")
+    ] = False,
+    real_dev_weight: Annotated[
+        int,
+        typer.Option(
+            "--real-dev-weight", min=0, help="Times each real dev excerpt joins the train split (0: generated only)."
+        ),
+    ] = 3,
+    real_batches: Annotated[
+        int | None,
+        typer.Option(
+            "--real-batches", min=1, help="Train on the dev halves of the first N real batches only (default: all)."
+        ),
+    ] = None,
+    install: Annotated[
+        bool, typer.Option("--install", help="Copy the best seed's adapter into the package if the gate promotes.")
+    ] = False,
 ) -> None:
     """Build the corpus, train the specialist with two seeds, evaluate, write and judge a gate trial."""
     # The defaults are TrainingPlan's (the shipped recipe), written out so that `--help` does not
@@ -166,9 +196,18 @@ def train_specialist(
         raise UserError(f"--seeds {seeds!r}: give integers, e.g. 1,2") from None
     if quantization not in ("nf4", "none"):
         raise UserError(f"--quantization {quantization!r}: use nf4 or none")
-    plan = TrainingPlan(out_dir=out, seeds=tuple(seed_list), max_steps=max_steps, max_seq_len=max_seq_len,
-                        quantization=quantization, corpus_seed=corpus_seed, learning_rate=learning_rate,
-                        reuse=reuse, real_dev_weight=real_dev_weight, real_batches=real_batches)
+    plan = TrainingPlan(
+        out_dir=out,
+        seeds=tuple(seed_list),
+        max_steps=max_steps,
+        max_seq_len=max_seq_len,
+        quantization=quantization,
+        corpus_seed=corpus_seed,
+        learning_rate=learning_rate,
+        reuse=reuse,
+        real_dev_weight=real_dev_weight,
+        real_batches=real_batches,
+    )
     try:
         summary = train_and_judge(plan, install=install, echo=typer.echo)
     except TrainingFailed as exc:  # each names what failed and the fix: one line, not a traceback

@@ -31,10 +31,16 @@ def _pair(v: Any) -> tuple[float, float] | None:
 
 def _watch(d: dict[str, Any]) -> BootWatch:
     return BootWatch(
-        created_at=d["created_at"], last_line=d.get("last_line"), last_change_at=d.get("last_change_at"),
-        first_seen_at=d.get("first_seen_at"), intervals=tuple(d.get("intervals", ())),
-        first_progress=_pair(d.get("first_progress")), last_progress=_pair(d.get("last_progress")),
-        total_gb=d.get("total_gb"), unknown_since=d.get("unknown_since"), polls=d.get("polls", 0),
+        created_at=d["created_at"],
+        last_line=d.get("last_line"),
+        last_change_at=d.get("last_change_at"),
+        first_seen_at=d.get("first_seen_at"),
+        intervals=tuple(d.get("intervals", ())),
+        first_progress=_pair(d.get("first_progress")),
+        last_progress=_pair(d.get("last_progress")),
+        total_gb=d.get("total_gb"),
+        unknown_since=d.get("unknown_since"),
+        polls=d.get("polls", 0),
     )
 
 
@@ -43,10 +49,17 @@ def _attempt(d: dict[str, Any] | None) -> Attempt | None:
         return None
     trouble = d.get("trouble")
     return Attempt(
-        instance_id=d["instance_id"], machine_id=d["machine_id"], provider=d["provider"], offer=_offer(d["offer"]),
-        created_at=d["created_at"], watch=_watch(d["watch"]), held_work=d.get("held_work", False),
-        preflight_started_at=d.get("preflight_started_at"), training_started_at=d.get("training_started_at"),
-        last_progress_at=d.get("last_progress_at"), last_work_s=d.get("last_work_s", 0.0),
+        instance_id=d["instance_id"],
+        machine_id=d["machine_id"],
+        provider=d["provider"],
+        offer=_offer(d["offer"]),
+        created_at=d["created_at"],
+        watch=_watch(d["watch"]),
+        held_work=d.get("held_work", False),
+        preflight_started_at=d.get("preflight_started_at"),
+        training_started_at=d.get("training_started_at"),
+        last_progress_at=d.get("last_progress_at"),
+        last_work_s=d.get("last_work_s", 0.0),
         trouble_since=d.get("trouble_since"),
         trouble=None if trouble is None else (str(trouble[0]), str(trouble[1])),
     )
@@ -68,13 +81,21 @@ def load_job(d: dict[str, Any]) -> JobState:
     req["providers"] = tuple(req.get("providers", ()))
     default = JobState(job_id="", req=Requirements(), shape=JobShape(download_gb=0.0, train_s=0.0, disk_gb=0.0))
     return JobState(
-        job_id=d["job_id"], req=Requirements(**req), shape=JobShape(**d["shape"]), phase=d["phase"],
-        creates=d.get("creates", default.creates), failures_in_row=d.get("failures_in_row", default.failures_in_row),
-        attempt=_attempt(d.get("attempt")), excluded=frozenset(d.get("excluded", ())),
+        job_id=d["job_id"],
+        req=Requirements(**req),
+        shape=JobShape(**d["shape"]),
+        phase=d["phase"],
+        creates=d.get("creates", default.creates),
+        failures_in_row=d.get("failures_in_row", default.failures_in_row),
+        attempt=_attempt(d.get("attempt")),
+        excluded=frozenset(d.get("excluded", ())),
         not_before=d.get("not_before", default.not_before),
         checkpoint_work_s=d.get("checkpoint_work_s", default.checkpoint_work_s),
-        lost_at=d.get("lost_at"), lost_cause=d.get("lost_cause"), lost_machine=d.get("lost_machine"),
-        failure=d.get("failure"), waiting_since=d.get("waiting_since"),
+        lost_at=d.get("lost_at"),
+        lost_cause=d.get("lost_cause"),
+        lost_machine=d.get("lost_machine"),
+        failure=d.get("failure"),
+        waiting_since=d.get("waiting_since"),
         standby=bool(d.get("standby", default.standby)),
         progress_hedges=d.get("progress_hedges", default.progress_hedges),
         rentals_max=d.get("rentals_max", default.rentals_max),

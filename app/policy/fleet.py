@@ -99,8 +99,13 @@ def pool_target(cfg: ProvisioningConfig, *, configured: int, seen: Exposure) -> 
         return 0
     at_most = cfg.standby_hosts_max if cfg.standby_hosts_max is not None else 2 * configured
     return standby_pool_size(
-        configured=configured, at_most=at_most, losses=seen.losses, exposure_s=seen.exposure_s,
-        hosts_at_risk=seen.at_risk, refill_s=seen.refill_s, miss_p=cfg.standby_miss_p,
+        configured=configured,
+        at_most=at_most,
+        losses=seen.losses,
+        exposure_s=seen.exposure_s,
+        hosts_at_risk=seen.at_risk,
+        refill_s=seen.refill_s,
+        miss_p=cfg.standby_miss_p,
     )
 
 
@@ -109,9 +114,7 @@ def pool_missing(*, target: int, waiting: int, active: bool) -> int:
     return max(0, target - waiting) if active else 0
 
 
-def refill_chains(
-    cfg: ProvisioningConfig, *, missing: int, pending: int, records: Mapping[str, MachineRecord]
-) -> int:
+def refill_chains(cfg: ProvisioningConfig, *, missing: int, pending: int, records: Mapping[str, MachineRecord]) -> int:
     """New provisioning chains to start: each missing host gets as many parallel chains as the
     marketplace's observed dud rate asks (`hedge_width`), less the chains already under way."""
     if missing <= 0:
@@ -127,8 +130,9 @@ def standby_wanted(*, missing: int, recovering: bool, active: bool) -> bool:
 
 def recoveries_waiting(jobs: Sequence[JobState]) -> list[JobState]:
     """The recovering jobs a newly verified host is offered to, the longest waiting first."""
-    waiting = [j for j in jobs if not j.standby and j.lost_at is not None and j.phase in ("queued", "booting",
-                                                                                          "preflight")]
+    waiting = [
+        j for j in jobs if not j.standby and j.lost_at is not None and j.phase in ("queued", "booting", "preflight")
+    ]
     return sorted(waiting, key=lambda j: (j.lost_at or 0.0, j.job_id))
 
 
@@ -147,8 +151,9 @@ def pull_rate_seen(before: JobState, after: JobState, *, now: float) -> float | 
 
 
 # -- holds ----------------------------------------------------------------------------------------
-def hold_terms(host: HeldHost, *, now: float, cfg: ProvisioningConfig, missing: int,
-               kill_at: float | None = None) -> HeldHost:
+def hold_terms(
+    host: HeldHost, *, now: float, cfg: ProvisioningConfig, missing: int, kill_at: float | None = None
+) -> HeldHost:
     """How a verified host is held: a standby job's host waits as standby while the pool is short,
     otherwise it gets the ordinary hold (any compatible job may take it); never past its kill-time."""
     if host.standby and missing <= 0:
@@ -202,8 +207,15 @@ class Drop:
 HoldAction = Release | Renew | Drop
 
 
-def judge_held(look: HeldLook, *, now: float, cfg: ProvisioningConfig, missing_besides: int,
-               beyond_pool: bool = False, recovering: bool = False) -> HoldAction | None:
+def judge_held(
+    look: HeldLook,
+    *,
+    now: float,
+    cfg: ProvisioningConfig,
+    missing_besides: int,
+    beyond_pool: bool = False,
+    recovering: bool = False,
+) -> HoldAction | None:
     """One held host at a sweep (or at its hold's end).
 
     `missing_besides`: how many hosts its pool would still want if this one were not counted;
@@ -216,8 +228,12 @@ def judge_held(look: HeldLook, *, now: float, cfg: ProvisioningConfig, missing_b
     if look.state in NOT_THERE:
         return Drop(h, lost=look.state in GONE, evidence=f"held host reported {look.state}")
     if h.standby and beyond_pool and not recovering and h.hold_until > now + cfg.hold_s:
-        return Renew(h, until=now + cfg.hold_s, standby=h.standby,
-                     reason="standby host beyond the pool once the recovery took another")
+        return Renew(
+            h,
+            until=now + cfg.hold_s,
+            standby=h.standby,
+            reason="standby host beyond the pool once the recovery took another",
+        )
     if now < h.hold_until:
         return None
     if missing_besides > 0 and (look.kill_at is None or look.kill_at - now > cfg.hold_s):
@@ -227,22 +243,33 @@ def judge_held(look: HeldLook, *, now: float, cfg: ProvisioningConfig, missing_b
 
 
 # -- money ----------------------------------------------------------------------------------------
-def reservation_usd(offer: Offer, shape: JobShape, cfg: ProvisioningConfig, *, pull: bool = True,
-                    dph_total: float | None = None, storage_per_gb_month: float | None = None,
-                    disk_gb: float | None = None) -> float:
+def reservation_usd(
+    offer: Offer,
+    shape: JobShape,
+    cfg: ProvisioningConfig,
+    *,
+    pull: bool = True,
+    dph_total: float | None = None,
+    storage_per_gb_month: float | None = None,
+    disk_gb: float | None = None,
+) -> float:
     """What a create (or an adoption, `pull=False`) reserves before a cent is spent: the
     `reserve_factor` times the attempt's expected all-in cost."""
     return cfg.reserve_factor * attempt_cost_usd(
         dph_total=offer.dph_total if dph_total is None else dph_total,
         storage_per_gb_month=offer.storage_per_gb_month if storage_per_gb_month is None else storage_per_gb_month,
-        inet_down_per_gb=offer.inet_down_per_gb, inet_down_mbps=offer.inet_down_mbps,
-        download_gb=shape.download_gb if pull else 0.0, train_s=shape.train_s,
-        disk_gb=shape.disk_gb if disk_gb is None else disk_gb, overhead_s=shape.overhead_s,
+        inet_down_per_gb=offer.inet_down_per_gb,
+        inet_down_mbps=offer.inet_down_mbps,
+        download_gb=shape.download_gb if pull else 0.0,
+        train_s=shape.train_s,
+        disk_gb=shape.disk_gb if disk_gb is None else disk_gb,
+        overhead_s=shape.overhead_s,
     )
 
 
-def budget_verdict(*, spent_usd: float, burn_usd_per_s: float, cap_usd: float,
-                   cfg: ProvisioningConfig) -> Literal["ok", "warning", "stop"]:
+def budget_verdict(
+    *, spent_usd: float, burn_usd_per_s: float, cap_usd: float, cfg: ProvisioningConfig
+) -> Literal["ok", "warning", "stop"]:
     """A cap's level, looking `budget_guard_s` ahead: what was billed plus what still bills for that
     long. The monitor runs periodically; stopping only once spend crossed the cap would overspend
     by up to one period's burn."""

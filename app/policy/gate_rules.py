@@ -244,9 +244,7 @@ def judge(trial: Trial) -> Verdict:
     # 1. Two seeds at least.
     if len(seeds) < 2:
         found = ", ".join(seeds) if seeds else "none"
-        reasons.append(
-            Finding("seeds_missing", f"{len(seeds)} candidate seed(s) ({found}); the gate needs at least 2")
-        )
+        reasons.append(Finding("seeds_missing", f"{len(seeds)} candidate seed(s) ({found}); the gate needs at least 2"))
 
     # 2. Every candidate predicts every id any candidate has, and every held-out id of the baseline.
     wanted = {r.id for r in all_candidate_rows} | {r.id for r in trial.baseline if r.slice == HELDOUT}
@@ -367,9 +365,7 @@ def judge(trial: Trial) -> Verdict:
             "rows": {sl: len({r.id for r in all_candidate_rows if r.slice == sl}) for sl in cand_slices},
         },
         "baseline": {sl: _f(v) for sl, v in baseline_scores.items()},
-        "incumbent": None
-        if incumbent_scores is None
-        else {sl: _f(v) for sl, v in incumbent_scores.items()},
+        "incumbent": None if incumbent_scores is None else {sl: _f(v) for sl, v in incumbent_scores.items()},
         "ood": ood_report,
         "critical_missed": missed_report,
     }

@@ -87,7 +87,8 @@ FAMILY_ACHIEVED_FRACTION: dict[str, float] = {
 
 EXPECTED_TFLOPS_BF16: dict[str, float] = {
     name: MEASURED_PREFLIGHT_TFLOPS_BF16.get(
-        name, round(peak * FAMILY_ACHIEVED_FRACTION.get(name, ACHIEVED_FRACTION), 1))
+        name, round(peak * FAMILY_ACHIEVED_FRACTION.get(name, ACHIEVED_FRACTION), 1)
+    )
     for name, peak in DATASHEET_PEAK_TFLOPS_BF16.items()
 }
 

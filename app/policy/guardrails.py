@@ -34,9 +34,17 @@ _LABEL_RE = re.compile(r"^th-(?P<job>[A-Za-z0-9_.-]+?)-a(?P<attempt>\d+)-k(?P<ki
 IDLE_GRACE_S = 30 * 60.0
 IDLE_THRESHOLD_PCT = 5.0
 # A job in these phases is busy without using the GPU: never idle.
-BUSY_WITHOUT_GPU = frozenset({
-    "provisioning", "pulling", "loading", "between_slices", "checkpointing", "preflight", "evaluating",
-})
+BUSY_WITHOUT_GPU = frozenset(
+    {
+        "provisioning",
+        "pulling",
+        "loading",
+        "between_slices",
+        "checkpointing",
+        "preflight",
+        "evaluating",
+    }
+)
 
 
 def label_for(job: str, attempt: int, kill_at: float) -> str:
@@ -62,8 +70,13 @@ class IdleVerdict:
 
 
 def idle_verdict(
-    *, gpu_util_pct: float | None, job_phase: str | None, idle_since: float | None, now: float,
-    grace_s: float = IDLE_GRACE_S, threshold_pct: float = IDLE_THRESHOLD_PCT,
+    *,
+    gpu_util_pct: float | None,
+    job_phase: str | None,
+    idle_since: float | None,
+    now: float,
+    grace_s: float = IDLE_GRACE_S,
+    threshold_pct: float = IDLE_THRESHOLD_PCT,
 ) -> IdleVerdict:
     """Is this running instance idle past the grace period? Unknown utilisation decides nothing."""
     if job_phase in BUSY_WITHOUT_GPU:
@@ -132,7 +145,11 @@ _RUNNING_AT_PROVIDER = frozenset({"pending", "loading", "running", "unknown"})
 
 
 def reconcile(
-    *, known: Sequence[Known], listed: Sequence[Listed], listing_complete: bool, now: float,
+    *,
+    known: Sequence[Known],
+    listed: Sequence[Listed],
+    listing_complete: bool,
+    now: float,
     orphan_grace_s: float,
 ) -> list[ReconcileAction]:
     """Join the provider's labelled instances with our registry.
@@ -158,20 +175,32 @@ def reconcile(
         if item.label in intents:
             if now - intents[item.label].created_at < orphan_grace_s:
                 continue  # a create still in flight: its own task records it
-            actions.append(Adopt(intents[item.label].rental_id, item.instance_id,
-                                 f"label {item.label} matches a create intent without an instance id"))
+            actions.append(
+                Adopt(
+                    intents[item.label].rental_id,
+                    item.instance_id,
+                    f"label {item.label} matches a create intent without an instance id",
+                )
+            )
             continue
         if item.state not in _RUNNING_AT_PROVIDER:
             continue  # already stopped: bills storage only, the operator decides
         seen = item.started_at if item.started_at is not None else item.first_seen_at
         age = now - seen
         if age >= orphan_grace_s:
-            actions.append(StopOrphan(item.instance_id, item.label or "",
-                                      f"labelled {item.label} but unknown to the ledger for {age:.0f}s"))
+            actions.append(
+                StopOrphan(
+                    item.instance_id,
+                    item.label or "",
+                    f"labelled {item.label} but unknown to the ledger for {age:.0f}s",
+                )
+            )
     gone_ids = {i.instance_id for i in listed if i.state == "gone"}
     for k in known:
-        if k.instance_id and k.state in ("active", "stopped") and (
-            k.instance_id not in listed_ids or k.instance_id in gone_ids
+        if (
+            k.instance_id
+            and k.state in ("active", "stopped")
+            and (k.instance_id not in listed_ids or k.instance_id in gone_ids)
         ):
             actions.append(MarkLost(k.rental_id, k.instance_id, "the provider no longer lists it"))
     return actions

@@ -128,4 +128,6 @@ def judge_preflight(
             f"{tflops:.1f} bf16 TFLOP/s < {min_tflops_fraction:.0%} of {want:.1f} expected for "
             f"{canonical_gpu(report.gpu_name)} ({tflops / want:.0%})",
         )
-    return PreflightVerdict(True, None, f"{report.gpu_name}: {tflops:.1f} bf16 TFLOP/s ({tflops / want:.0%} of expected)")
+    return PreflightVerdict(
+        True, None, f"{report.gpu_name}: {tflops:.1f} bf16 TFLOP/s ({tflops / want:.0%} of expected)"
+    )

@@ -357,8 +357,16 @@ class BudgetCapReached:
 
 
 Observation = (
-    Tick | CreateResult | BudgetRefused | Adopted | Polled | PreflightResult | TrainerStatus | FailureSeen
-    | BudgetCapReached | RecoveryProgress
+    Tick
+    | CreateResult
+    | BudgetRefused
+    | Adopted
+    | Polled
+    | PreflightResult
+    | TrainerStatus
+    | FailureSeen
+    | BudgetCapReached
+    | RecoveryProgress
 )
 
 
@@ -465,8 +473,19 @@ class WantStandby:
 
 
 Action = (
-    Create | Adopt | Destroy | Stop | Record | RunPreflight | StartTraining | Hold | Recovered | Finished | GaveUp
-    | WakeAt | WantStandby
+    Create
+    | Adopt
+    | Destroy
+    | Stop
+    | Record
+    | RunPreflight
+    | StartTraining
+    | Hold
+    | Recovered
+    | Finished
+    | GaveUp
+    | WakeAt
+    | WantStandby
 )
 
 
@@ -483,7 +502,12 @@ def choose_host(
             return pick
     records = view.records if cfg.quarantine else {}
     ranked = rank_offers(
-        view.offers, job.req, job.shape, records=records, now=now, excluded=job.excluded,
+        view.offers,
+        job.req,
+        job.shape,
+        records=records,
+        now=now,
+        excluded=job.excluded,
         reliability_floor=cfg.reliability_floor,
     )
     if cfg.rank_by == "hourly":
@@ -584,9 +608,9 @@ def _on_tick(job: JobState, obs: Tick, now: float, cfg: ProvisioningConfig) -> t
         # The first create of a recovery with no verified host waiting: hedge, as widely as the
         # marketplace's observed dud rate asks.
         chains = hedge_width(cfg, obs.view.records)
-        acts.append(WantStandby(
-            job.job_id, chains - 1, f"recovery with no verified host waiting: {chains} parallel chains"
-        ))
+        acts.append(
+            WantStandby(job.job_id, chains - 1, f"recovery with no verified host waiting: {chains} parallel chains")
+        )
     return job, acts
 
 
@@ -597,8 +621,10 @@ def hedge_width(cfg: ProvisioningConfig, records: Mapping[str, MachineRecord]) -
     if cfg.recovery_hedge <= 1:
         return max(1, cfg.recovery_hedge)
     return hedge_chains(
-        delivery_rate=market_delivery_rate(records), first_try_p=cfg.hedge_first_try_p,
-        at_least=cfg.recovery_hedge, at_most=cfg.recovery_hedge_max,
+        delivery_rate=market_delivery_rate(records),
+        first_try_p=cfg.hedge_first_try_p,
+        at_least=cfg.recovery_hedge,
+        at_most=cfg.recovery_hedge_max,
     )
 
 
@@ -633,7 +659,10 @@ def _on_recovery_progress(
         return job, []
     chains = [job, *(c for c in obs.chains if c.phase not in ("done", "failed"))]
     slow = slow_chains(
-        chains, download_gb=job.shape.download_gb, rates_gb_per_s=obs.view.pull_rates_gb_per_s, now=now,
+        chains,
+        download_gb=job.shape.download_gb,
+        rates_gb_per_s=obs.view.pull_rates_gb_per_s,
+        now=now,
         margin_s=cfg.progress_hedge_margin_s,
     )
     extra = min(slow, cfg.progress_hedge_max) - job.progress_hedges
@@ -654,16 +683,20 @@ def hand_over(job: JobState, *, standby_id: str) -> tuple[JobState, JobState] | 
     if job.lost_at is None or att is None or att.held_work or job.phase not in ("booting", "preflight"):
         return None
     standby = JobState(
-        job_id=standby_id, req=job.req, shape=job.shape, phase=job.phase, creates=1, attempt=att,
-        excluded=job.excluded, standby=True,
+        job_id=standby_id,
+        req=job.req,
+        shape=job.shape,
+        phase=job.phase,
+        creates=1,
+        attempt=att,
+        excluded=job.excluded,
+        standby=True,
     )
     back = replace(job, phase="queued", attempt=None, not_before=0.0)
     return back, standby
 
 
-def _on_created(
-    job: JobState, obs: CreateResult, now: float, cfg: ProvisioningConfig
-) -> tuple[JobState, list[Action]]:
+def _on_created(job: JobState, obs: CreateResult, now: float, cfg: ProvisioningConfig) -> tuple[JobState, list[Action]]:
     if job.phase != "queued":
         return job, []
     if obs.instance_id is None:
@@ -704,13 +737,26 @@ def _on_adopted(job: JobState, obs: Adopted, now: float, cfg: ProvisioningConfig
         return job, []
     h = obs.held
     offer = Offer(
-        provider=h.provider, offer_id=f"held:{h.instance_id}", machine_id=h.machine_id, gpu_name=h.gpu_name,
-        num_gpus=h.num_gpus, gpu_ram_gb=h.gpu_ram_gb, dph_total=h.dph_total, storage_per_gb_month=None,
-        inet_down_per_gb=None, inet_down_mbps=None, reliability=None, cuda_max=None,
+        provider=h.provider,
+        offer_id=f"held:{h.instance_id}",
+        machine_id=h.machine_id,
+        gpu_name=h.gpu_name,
+        num_gpus=h.num_gpus,
+        gpu_ram_gb=h.gpu_ram_gb,
+        dph_total=h.dph_total,
+        storage_per_gb_month=None,
+        inet_down_per_gb=None,
+        inet_down_mbps=None,
+        reliability=None,
+        cuda_max=None,
     )
     att = Attempt(
-        instance_id=h.instance_id, machine_id=h.machine_id, provider=h.provider, offer=offer,
-        created_at=h.held_since, watch=start_watch(created_at=h.held_since),
+        instance_id=h.instance_id,
+        machine_id=h.machine_id,
+        provider=h.provider,
+        offer=offer,
+        created_at=h.held_since,
+        watch=start_watch(created_at=h.held_since),
     )
     job = replace(job, attempt=att)
     return _start_training(job, att, now, cfg)
@@ -749,13 +795,19 @@ def _on_boot_poll(
     if isinstance(verdict, BootKill):
         return _fail_attempt(job, att, reason=verdict.reason, evidence=verdict.evidence, now=now, cfg=cfg, destroy=True)
     if isinstance(verdict, BootReady):
-        acts: list[Action] = [Record(att.machine_id, att.provider, "boot", None, f"running after {verdict.boot_s:.0f}s")]
+        acts: list[Action] = [
+            Record(att.machine_id, att.provider, "boot", None, f"running after {verdict.boot_s:.0f}s")
+        ]
         if not cfg.preflight:
             job2, more = _verified(job, att, now, cfg)
             return job2, acts + more
         att = replace(att, preflight_started_at=now)
         job = replace(job, phase="preflight", attempt=att)
-        return job, [*acts, RunPreflight(job.job_id, att.instance_id), WakeAt(job.job_id, now + cfg.preflight_timeout_s)]
+        return job, [
+            *acts,
+            RunPreflight(job.job_id, att.instance_id),
+            WakeAt(job.job_id, now + cfg.preflight_timeout_s),
+        ]
     return job, [WakeAt(job.job_id, now + cfg.boot.poll_s)]
 
 
@@ -765,10 +817,24 @@ def _on_preflight_poll(
     """A wake-up during the preflight: the preflight timed out unless a result came first."""
     started = att.preflight_started_at if att.preflight_started_at is not None else now
     if inst.state == "gone":
-        return _fail_attempt(job, att, reason="ssh_unreachable", evidence="instance gone during preflight", now=now, cfg=cfg, destroy=True)
+        return _fail_attempt(
+            job,
+            att,
+            reason="ssh_unreachable",
+            evidence="instance gone during preflight",
+            now=now,
+            cfg=cfg,
+            destroy=True,
+        )
     if now - started >= cfg.preflight_timeout_s:
         return _fail_attempt(
-            job, att, reason="timeout", evidence=f"no preflight report after {now - started:.0f}s", now=now, cfg=cfg, destroy=True
+            job,
+            att,
+            reason="timeout",
+            evidence=f"no preflight report after {now - started:.0f}s",
+            now=now,
+            cfg=cfg,
+            destroy=True,
         )
     return job, [WakeAt(job.job_id, started + cfg.preflight_timeout_s)]
 
@@ -779,9 +845,13 @@ def _on_preflight(
     if obs.report is None:
         verdict = unreachable(obs.unreachable or "ssh_unreachable", obs.detail or "no report")
     else:
-        verdict = judge_preflight(obs.report, offered_gpu_name=att.offer.gpu_name, offered_gpu_ram_gb=att.offer.gpu_ram_gb)
+        verdict = judge_preflight(
+            obs.report, offered_gpu_name=att.offer.gpu_name, offered_gpu_ram_gb=att.offer.gpu_ram_gb
+        )
     if not verdict.passed:
-        return _fail_attempt(job, att, reason=verdict.failure or "no_compute", evidence=verdict.evidence, now=now, cfg=cfg, destroy=True)
+        return _fail_attempt(
+            job, att, reason=verdict.failure or "no_compute", evidence=verdict.evidence, now=now, cfg=cfg, destroy=True
+        )
     evidence = verdict.evidence + ("; " + "; ".join(verdict.warnings) if verdict.warnings else "")
     job2, acts = _verified(job, att, now, cfg)
     return job2, [Record(att.machine_id, att.provider, "preflight_passed", None, evidence), *acts]
@@ -792,9 +862,16 @@ def _verified(job: JobState, att: Attempt, now: float, cfg: ProvisioningConfig) 
     if not job.standby:
         return _start_training(job, att, now, cfg)
     host = HeldHost(
-        instance_id=att.instance_id, machine_id=att.machine_id, provider=att.provider,
-        gpu_name=att.offer.gpu_name, gpu_ram_gb=att.offer.gpu_ram_gb, num_gpus=att.offer.num_gpus,
-        dph_total=att.offer.dph_total, held_since=now, hold_until=now + cfg.standby_hold_s, standby=True,
+        instance_id=att.instance_id,
+        machine_id=att.machine_id,
+        provider=att.provider,
+        gpu_name=att.offer.gpu_name,
+        gpu_ram_gb=att.offer.gpu_ram_gb,
+        num_gpus=att.offer.num_gpus,
+        dph_total=att.offer.dph_total,
+        held_since=now,
+        hold_until=now + cfg.standby_hold_s,
+        standby=True,
     )
     return replace(job, phase="done", attempt=None, failures_in_row=0), [Hold(job.job_id, host)]
 
@@ -805,7 +882,13 @@ def _start_training(job: JobState, att: Attempt, now: float, cfg: ProvisioningCo
     if job.lost_at is not None:
         acts.append(Recovered(job.job_id, job.lost_machine or "", job.lost_cause or "lost", job.lost_at, now))
     job = replace(
-        job, phase="training", attempt=att, failures_in_row=0, lost_at=None, lost_cause=None, lost_machine=None,
+        job,
+        phase="training",
+        attempt=att,
+        failures_in_row=0,
+        lost_at=None,
+        lost_cause=None,
+        lost_machine=None,
         progress_hedges=0,
     )
     acts.append(WakeAt(job.job_id, now + cfg.monitor_s))
@@ -817,13 +900,26 @@ def _on_trainer(
 ) -> tuple[JobState, list[Action]]:
     inst = obs.instance
     if obs.phase == "finished":
-        acts: list[Action] = [Record(att.machine_id, att.provider, "slice_finished", None, f"{obs.work_s:.0f}s of work")]
+        acts: list[Action] = [
+            Record(att.machine_id, att.provider, "slice_finished", None, f"{obs.work_s:.0f}s of work")
+        ]
         if cfg.hold_s > 0:
-            acts.append(Hold(job.job_id, HeldHost(
-                instance_id=att.instance_id, machine_id=att.machine_id, provider=att.provider,
-                gpu_name=att.offer.gpu_name, gpu_ram_gb=att.offer.gpu_ram_gb, num_gpus=att.offer.num_gpus,
-                dph_total=att.offer.dph_total, held_since=now, hold_until=now + cfg.hold_s,
-            )))
+            acts.append(
+                Hold(
+                    job.job_id,
+                    HeldHost(
+                        instance_id=att.instance_id,
+                        machine_id=att.machine_id,
+                        provider=att.provider,
+                        gpu_name=att.offer.gpu_name,
+                        gpu_ram_gb=att.offer.gpu_ram_gb,
+                        num_gpus=att.offer.num_gpus,
+                        dph_total=att.offer.dph_total,
+                        held_since=now,
+                        hold_until=now + cfg.hold_s,
+                    ),
+                )
+            )
         else:
             acts.append(Stop(job.job_id, att.instance_id, att.machine_id, "job finished", "adapter pulled"))
         acts.append(Finished(job.job_id))
@@ -875,8 +971,15 @@ def _lose_host(
     acts.append(Record(att.machine_id, att.provider, "failure", reason, evidence))
     cause = "hang" if reason == "hang" else "lost"
     job = replace(
-        job, phase="queued", attempt=None, excluded=job.excluded | {att.machine_id},
-        lost_at=lost_at, lost_cause=cause, lost_machine=att.machine_id, not_before=now, progress_hedges=0,
+        job,
+        phase="queued",
+        attempt=None,
+        excluded=job.excluded | {att.machine_id},
+        lost_at=lost_at,
+        lost_cause=cause,
+        lost_machine=att.machine_id,
+        not_before=now,
+        progress_hedges=0,
     )
     acts.append(WakeAt(job.job_id, now))
     return job, acts

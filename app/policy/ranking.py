@@ -160,9 +160,7 @@ def offer_rejection(
         return f"VRAM {offer.gpu_ram_gb:g} GB < {req.min_gpu_ram_gb:g} GB"
     if req.min_reliability > 0 and (offer.reliability is None or offer.reliability < req.min_reliability):
         return f"reliability {offer.reliability} < {req.min_reliability}"
-    if req.min_inet_down_mbps > 0 and (
-        offer.inet_down_mbps is None or offer.inet_down_mbps < req.min_inet_down_mbps
-    ):
+    if req.min_inet_down_mbps > 0 and (offer.inet_down_mbps is None or offer.inet_down_mbps < req.min_inet_down_mbps):
         return f"download {offer.inet_down_mbps} Mb/s < {req.min_inet_down_mbps:g}"
     if req.max_dph is not None and offer.dph_total > req.max_dph:
         return f"${offer.dph_total:.3f}/h > max ${req.max_dph:.3f}/h"

@@ -6,8 +6,8 @@ failure with its reason. Quarantine follows from failures: a machine that failed
 preflight is not re-picked for `quarantine_s` (default 30 days); one that misreported its
 hardware stays out until the operator lifts it; one that vanished or hung under our training
 stays out for `run_quarantine_s` (default 1 day: re-renting it at once re-exposes the next job
-to the same loss, and a recovery that lands on it loses its work again). Pure data and pure functions: the store lives in
-`app.reputation`, the clock in the caller.
+to the same loss, and a recovery that lands on it loses its work again). Pure data and pure
+functions: the store lives in `app.reputation`, the clock in the caller.
 """
 
 from __future__ import annotations

@@ -78,8 +78,15 @@ def fresh_pull_s(*, download_gb: float, rates_gb_per_s: Sequence[float]) -> floa
 
 
 def standby_pool_size(
-    *, configured: int, at_most: int, losses: int, exposure_s: float, hosts_at_risk: int, refill_s: float,
-    miss_p: float, prior_exposure_s: float = 3600.0,
+    *,
+    configured: int,
+    at_most: int,
+    losses: int,
+    exposure_s: float,
+    hosts_at_risk: int,
+    refill_s: float,
+    miss_p: float,
+    prior_exposure_s: float = 3600.0,
 ) -> int:
     """How many warm standby hosts to keep: `configured` at least, more (up to `at_most`) while the
     loss rate observed on verified hosts says a recovery would likely find the pool empty.

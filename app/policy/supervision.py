@@ -39,6 +39,7 @@ __all__ = [
 VerdictKind = Literal["training", "slice_done", "finished", "dead", "ssh_down", "lost"]
 Route = Literal["same_host", "replace", "stop"]
 
+
 class TrainerExit(IntEnum):
     """The trainer's exit codes, as `slice.exit` reports them (trainer/exitcodes.py is the other
     side of this file protocol; a test checks that the two tables agree)."""
@@ -114,8 +115,10 @@ def assess(probe: HostProbe, *, ssh_failures: int, cfg: SupervisorConfig) -> Ver
         return Verdict("lost", f"provider reports the instance {probe.provider_state}")
     if not probe.ssh_ok:
         if ssh_failures >= cfg.ssh_failures_for_loss and probe.provider_state in NOT_RUNNING_STATES:
-            return Verdict("lost", f"SSH failed on {ssh_failures} consecutive polls and the provider reports "
-                                   f"{probe.provider_state}")
+            return Verdict(
+                "lost",
+                f"SSH failed on {ssh_failures} consecutive polls and the provider reports {probe.provider_state}",
+            )
         return Verdict("ssh_down", f"SSH failed ({ssh_failures} in a row); provider reports {probe.provider_state}")
     if probe.alive:
         return Verdict("training", f"trainer alive at step {probe.step}")
@@ -127,8 +130,15 @@ def assess(probe: HostProbe, *, ssh_failures: int, cfg: SupervisorConfig) -> Ver
     return Verdict("dead", f"trainer process gone ({code}, status phase {probe.phase}) while the host answers")
 
 
-def route_triage(state: str, action: str, *, exit_code: int | None, same_host_restarts: int,
-                 cfg: SupervisorConfig, remedy: str | None = None) -> Route:
+def route_triage(
+    state: str,
+    action: str,
+    *,
+    exit_code: int | None,
+    same_host_restarts: int,
+    cfg: SupervisorConfig,
+    remedy: str | None = None,
+) -> Route:
     """Where a dead trainer goes, from the exit code and triage's remedy (`Remedy`, a named
     constant both drivers pass); a caller with only the state and the action's wording gets the
     same routes from them.

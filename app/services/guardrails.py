@@ -92,8 +92,14 @@ def _alert(notifier: Notifier | None, alert: Alert) -> None:
 
 
 def sweep_idle(
-    rentals: Rentals, markets: Mapping[str, Market], *, now: float, notifier: Notifier | None = None,
-    grace_s: float = 1800.0, job_phase: JobPhaseOf | None = None, ssh_util: SshUtil | None = None,
+    rentals: Rentals,
+    markets: Mapping[str, Market],
+    *,
+    now: float,
+    notifier: Notifier | None = None,
+    grace_s: float = 1800.0,
+    job_phase: JobPhaseOf | None = None,
+    ssh_util: SshUtil | None = None,
     held_until: HeldUntil | None = None,
 ) -> SweepReport:
     """Stop every running instance whose GPU has been idle longer than the grace period.
@@ -126,21 +132,37 @@ def sweep_idle(
         phase = job_phase(r.job) if job_phase else None
         samples = [u for u in (inst.gpu_util, ssh_util(r, inst) if ssh_util else None) if u is not None]
         util = max(samples) if samples else None
-        verdict = idle_verdict(gpu_util_pct=util, job_phase=phase, idle_since=r.idle_since,
-                               now=now, grace_s=grace_s)
+        verdict = idle_verdict(gpu_util_pct=util, job_phase=phase, idle_since=r.idle_since, now=now, grace_s=grace_s)
         rentals.note_utilisation(r.id, gpu_util=util, idle_since=verdict.idle_since)
         if not verdict.stop:
             continue
-        if rentals.stop(r.id, market=market, reason="idle", kind="instance_stopped", now=now,
-                        evidence={"watchdog": "idle", "evidence": verdict.evidence}):
+        if rentals.stop(
+            r.id,
+            market=market,
+            reason="idle",
+            kind="instance_stopped",
+            now=now,
+            evidence={"watchdog": "idle", "evidence": verdict.evidence},
+        ):
             report.stopped.append(r.instance_id)
-            _alert(notifier, Alert("idle_stopped", f"stopped idle instance {r.instance_id}: {verdict.evidence}",
-                                   job=r.job, key=f"idle_stopped:{r.id}:{int(now)}"))
+            _alert(
+                notifier,
+                Alert(
+                    "idle_stopped",
+                    f"stopped idle instance {r.instance_id}: {verdict.evidence}",
+                    job=r.job,
+                    key=f"idle_stopped:{r.id}:{int(now)}",
+                ),
+            )
     return report
 
 
 def sweep_ttl(
-    rentals: Rentals, markets: Mapping[str, Market], *, now: float, notifier: Notifier | None = None,
+    rentals: Rentals,
+    markets: Mapping[str, Market],
+    *,
+    now: float,
+    notifier: Notifier | None = None,
 ) -> SweepReport:
     """Stop every instance past its kill-time (registry rows, and labelled instances we list)."""
     report = SweepReport("reaper")
@@ -152,22 +174,33 @@ def sweep_ttl(
         if not past_kill_time(kill_at=r.kill_at, now=now):
             continue
         try:
-            moved = rentals.stop(r.id, market=market, reason="ttl", kind="instance_stopped", now=now,
-                                 evidence={"watchdog": "ttl", "kill_at": r.kill_at})
+            moved = rentals.stop(
+                r.id,
+                market=market,
+                reason="ttl",
+                kind="instance_stopped",
+                now=now,
+                evidence={"watchdog": "ttl", "kill_at": r.kill_at},
+            )
         except MarketError as exc:
             report.errors.append(f"{r.instance_id}: {exc}")
             continue
         if moved:
             report.stopped.append(r.instance_id)
-            _alert(notifier, Alert("ttl_stopped", f"stopped {r.instance_id}: past its kill-time",
-                                   job=r.job, key=f"ttl_stopped:{r.id}"))
+            _alert(
+                notifier,
+                Alert(
+                    "ttl_stopped", f"stopped {r.instance_id}: past its kill-time", job=r.job, key=f"ttl_stopped:{r.id}"
+                ),
+            )
     return report
 
 
 def _first_seen(engine: Engine, provider: str, instance_id: str, now: float) -> float:
     with write_transaction(engine, lock=f"tuneharness.sighting.{provider}") as conn:
-        row = conn.execute(select(_SIGHT.c.first_seen_at).where(
-            _SIGHT.c.provider == provider, _SIGHT.c.instance_id == instance_id)).first()
+        row = conn.execute(
+            select(_SIGHT.c.first_seen_at).where(_SIGHT.c.provider == provider, _SIGHT.c.instance_id == instance_id)
+        ).first()
         if row is not None:
             return float(row.first_seen_at)
         conn.execute(_SIGHT.insert().values(provider=provider, instance_id=instance_id, first_seen_at=now))
@@ -175,7 +208,11 @@ def _first_seen(engine: Engine, provider: str, instance_id: str, now: float) -> 
 
 
 def sweep_reconcile(
-    rentals: Rentals, markets: Mapping[str, Market], *, now: float, orphan_grace_s: float,
+    rentals: Rentals,
+    markets: Mapping[str, Market],
+    *,
+    now: float,
+    orphan_grace_s: float,
     notifier: Notifier | None = None,
 ) -> SweepReport:
     """Join every provider's labelled instances with the registry: adopt, stop orphans, mark lost."""
@@ -188,24 +225,33 @@ def sweep_reconcile(
             report.errors.append(f"{provider}: listing failed, nothing stopped: {exc}")
             listing, complete = [], False
         known_rows = rentals.all(states=("intent", "active", "stopped"))
-        known = [Known(r.id, r.label, r.instance_id, r.state, r.created_at)
-                 for r in known_rows if r.provider == provider]
+        known = [
+            Known(r.id, r.label, r.instance_id, r.state, r.created_at) for r in known_rows if r.provider == provider
+        ]
         listed = [
-            Listed(i.instance_id, i.label, i.state, i.started_at,
-                   _first_seen(rentals.engine, provider, i.instance_id, now))
+            Listed(
+                i.instance_id, i.label, i.state, i.started_at, _first_seen(rentals.engine, provider, i.instance_id, now)
+            )
             for i in listing
         ]
         report.examined += len(listed)
-        for action in reconcile(known=known, listed=listed, listing_complete=complete, now=now,
-                                orphan_grace_s=orphan_grace_s):
+        for action in reconcile(
+            known=known, listed=listed, listing_complete=complete, now=now, orphan_grace_s=orphan_grace_s
+        ):
             if isinstance(action, Adopt):
                 # A create crashed after the provider accepted it: record the instance, then
                 # stop it, since nothing is driving it (the job restarts it when it resumes).
                 rentals.adopt(action.rental_id, action.instance_id, now=now)
                 report.adopted.append(action.instance_id)
                 try:
-                    if rentals.stop(action.rental_id, market=market, reason="crashed create",
-                                    kind="instance_stopped", now=now, evidence={"evidence": action.evidence}):
+                    if rentals.stop(
+                        action.rental_id,
+                        market=market,
+                        reason="crashed create",
+                        kind="instance_stopped",
+                        now=now,
+                        evidence={"evidence": action.evidence},
+                    ):
                         report.stopped.append(action.instance_id)
                 except MarketError as exc:
                     report.errors.append(f"{action.instance_id}: {exc}")
@@ -217,13 +263,24 @@ def sweep_reconcile(
                     continue
                 rentals.ledger.append(_orphan_event(provider, action, now))
                 report.stopped.append(action.instance_id)
-                _alert(notifier, Alert("orphan_stopped", f"stopped orphan {action.instance_id} ({action.label})",
-                                       key=f"orphan_stopped:{provider}:{action.instance_id}"))
+                _alert(
+                    notifier,
+                    Alert(
+                        "orphan_stopped",
+                        f"stopped orphan {action.instance_id} ({action.label})",
+                        key=f"orphan_stopped:{provider}:{action.instance_id}",
+                    ),
+                )
             elif isinstance(action, MarkLost):
                 r = rentals.get(action.rental_id)
                 if r is not None and rentals.transition(
-                    action.rental_id, to="lost", from_states=("active", "stopped"), kind="instance_lost",
-                    reason="provider no longer lists it", now=now, evidence={"evidence": action.evidence},
+                    action.rental_id,
+                    to="lost",
+                    from_states=("active", "stopped"),
+                    kind="instance_lost",
+                    reason="provider no longer lists it",
+                    now=now,
+                    evidence={"evidence": action.evidence},
                 ):
                     report.lost.append(action.instance_id)
                     rentals.settle(action.rental_id, now=now, reason="instance lost: billing ended")
@@ -233,9 +290,14 @@ def sweep_reconcile(
 def _orphan_event(provider: str, action: StopOrphan, now: float):  # type: ignore[no-untyped-def]
     from app.ledger import Event
 
-    return Event(kind="instance_stopped", instance=action.instance_id, provider=provider,
-                 reason="orphan", payload={"label": action.label, "evidence": action.evidence},
-                 idempotency_key=f"orphan_stopped:{provider}:{action.instance_id}")
+    return Event(
+        kind="instance_stopped",
+        instance=action.instance_id,
+        provider=provider,
+        reason="orphan",
+        payload={"label": action.label, "evidence": action.evidence},
+        idempotency_key=f"orphan_stopped:{provider}:{action.instance_id}",
+    )
 
 
 def _burn_per_s(r: Rental, *, unit: str) -> float:
@@ -248,8 +310,12 @@ def _burn_per_s(r: Rental, *, unit: str) -> float:
 
 
 def sweep_budgets(
-    budget: Budget, *, notifier: Notifier | None = None, rentals: Rentals | None = None,
-    markets: Mapping[str, Market] | None = None, now: float | None = None,
+    budget: Budget,
+    *,
+    notifier: Notifier | None = None,
+    rentals: Rentals | None = None,
+    markets: Mapping[str, Market] | None = None,
+    now: float | None = None,
     checkpoint_safe: Callable[[str], bool] | None = None,
     end_job: Callable[[str, str, str], bool] | None = None,
 ) -> SweepReport:
@@ -281,8 +347,11 @@ def sweep_budgets(
         held = budget.held(s.name)
         mine = [r for r in live if rentals is not None and held & set(rentals.reservations_of(r.id))]
         if s.unit == "gpu_minutes":
-            billed = sum(max(0.0, (r.stopped_at or now) - rentals.billed_from(r)) / 60.0
-                         for r in mine) if rentals is not None else 0.0
+            billed = (
+                sum(max(0.0, (r.stopped_at or now) - rentals.billed_from(r)) / 60.0 for r in mine)
+                if rentals is not None
+                else 0.0
+            )
         else:
             billed = sum(rentals.spent_usd(r, now=now) for r in mine) if rentals is not None else 0.0
         spent = s.spent_usd + billed
@@ -293,8 +362,14 @@ def sweep_budgets(
         report.warnings.append(f"{s.name}:{level}")
         kind = "budget_warning" if level == "warning" else "budget_stop"
         unit = "GPU min" if s.unit == "gpu_minutes" else "$"
-        _alert(notifier, Alert(kind, f"budget {s.name}: {spent:.2f} of {s.cap_usd:.2f} {unit} spent",
-                               key=f"{kind}:{s.name}:{s.cap_usd}:{int(now // 86400)}"))
+        _alert(
+            notifier,
+            Alert(
+                kind,
+                f"budget {s.name}: {spent:.2f} of {s.cap_usd:.2f} {unit} spent",
+                key=f"{kind}:{s.name}:{s.cap_usd}:{int(now // 86400)}",
+            ),
+        )
         if level != "stop" or rentals is None or markets is None:
             continue
         ended: set[str] = set()
@@ -310,12 +385,24 @@ def sweep_budgets(
             cap = f"budget {s.name} (${s.cap_usd:.2f})" if s.unit != "gpu_minutes" else f"budget {s.name}"
             if end_job is not None and end_job(r.job, cap, f"{spent:.4f} of {s.cap_usd:.4f} spent"):
                 ended.add(r.job)
-                report.stopped += [x.instance_id for x in mine if x.job == r.job and x.instance_id
-                                   and (now_ := rentals.get(x.id)) is not None and now_.state != "active"]
+                report.stopped += [
+                    x.instance_id
+                    for x in mine
+                    if x.job == r.job
+                    and x.instance_id
+                    and (now_ := rentals.get(x.id)) is not None
+                    and now_.state != "active"
+                ]
                 continue
             try:
-                if rentals.stop(r.id, market=market, reason="budget_stop", kind="instance_stopped", now=now,
-                                evidence={"budget": s.name, "spent": round(spent, 6), "cap": s.cap_usd}):
+                if rentals.stop(
+                    r.id,
+                    market=market,
+                    reason="budget_stop",
+                    kind="instance_stopped",
+                    now=now,
+                    evidence={"budget": s.name, "spent": round(spent, 6), "cap": s.cap_usd},
+                ):
                     report.stopped.append(r.instance_id or "")
             except MarketError as exc:
                 report.errors.append(f"{r.instance_id}: {exc}")

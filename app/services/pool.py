@@ -154,9 +154,16 @@ class Held:
     def policy_view(self) -> HeldHost:
         """What the pure policy sees of it."""
         return HeldHost(
-            instance_id=self.instance_id, machine_id=self.machine_id, provider=self.provider, gpu_name=self.gpu_name,
-            gpu_ram_gb=self.gpu_ram_gb, num_gpus=self.num_gpus, dph_total=self.dph_total,
-            held_since=self.verified_at, hold_until=self.hold_until, standby=self.standby,
+            instance_id=self.instance_id,
+            machine_id=self.machine_id,
+            provider=self.provider,
+            gpu_name=self.gpu_name,
+            gpu_ram_gb=self.gpu_ram_gb,
+            num_gpus=self.num_gpus,
+            dph_total=self.dph_total,
+            held_since=self.verified_at,
+            hold_until=self.hold_until,
+            standby=self.standby,
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -173,9 +180,25 @@ class StandbyJob:
 
 def _held(r: Any) -> Held:
     return Held(
-        r.id, r.provider, r.instance_id, r.machine_id, r.rental_id, r.owner, r.released_by, r.gpu_name,
-        float(r.gpu_ram_gb), int(r.num_gpus), float(r.dph_total), float(r.verified_at), float(r.hold_until),
-        bool(r.standby), bool(r.held_work), r.state, r.adopted_by, r.ended_at, r.end_reason,
+        r.id,
+        r.provider,
+        r.instance_id,
+        r.machine_id,
+        r.rental_id,
+        r.owner,
+        r.released_by,
+        r.gpu_name,
+        float(r.gpu_ram_gb),
+        int(r.num_gpus),
+        float(r.dph_total),
+        float(r.verified_at),
+        float(r.hold_until),
+        bool(r.standby),
+        bool(r.held_work),
+        r.state,
+        r.adopted_by,
+        r.ended_at,
+        r.end_reason,
     )
 
 
@@ -186,19 +209,34 @@ class Pool:
         self.engine = engine
 
     # -- held hosts ---------------------------------------------------------------------------
-    def hold(self, *, host: HeldHost, rental_id: str, owner: str, released_by: str, held_work: bool,
-             hold_until: float) -> Held | None:
+    def hold(
+        self, *, host: HeldHost, rental_id: str, owner: str, released_by: str, held_work: bool, hold_until: float
+    ) -> Held | None:
         """Record a held host (idempotent per instance and releasing job); None if already recorded."""
         row_id = f"{host.instance_id}@{released_by}"
         with write_transaction(self.engine, lock=_LOCK) as conn:
             if conn.execute(select(_H.c.id).where(_H.c.id == row_id)).first() is not None:
                 return None
-            conn.execute(_H.insert().values(
-                id=row_id, provider=host.provider, instance_id=host.instance_id, machine_id=host.machine_id,
-                rental_id=rental_id, owner=owner, released_by=released_by, gpu_name=host.gpu_name,
-                gpu_ram_gb=host.gpu_ram_gb, num_gpus=host.num_gpus, dph_total=host.dph_total,
-                verified_at=host.held_since, hold_until=hold_until, standby=host.standby, held_work=held_work,
-                state="held"))
+            conn.execute(
+                _H.insert().values(
+                    id=row_id,
+                    provider=host.provider,
+                    instance_id=host.instance_id,
+                    machine_id=host.machine_id,
+                    rental_id=rental_id,
+                    owner=owner,
+                    released_by=released_by,
+                    gpu_name=host.gpu_name,
+                    gpu_ram_gb=host.gpu_ram_gb,
+                    num_gpus=host.num_gpus,
+                    dph_total=host.dph_total,
+                    verified_at=host.held_since,
+                    hold_until=hold_until,
+                    standby=host.standby,
+                    held_work=held_work,
+                    state="held",
+                )
+            )
         return self.get(row_id)
 
     def get(self, row_id: str) -> Held | None:
@@ -224,11 +262,21 @@ class Pool:
             r = conn.execute(select(_H).where(_H.c.instance_id == instance_id, _H.c.state == "held")).first()
             if r is None or float(r.hold_until) <= now:
                 return None
-            if once_since is not None and conn.execute(select(_H.c.id).where(
-                    _H.c.adopted_by == job_id, _H.c.state == "adopted", _H.c.ended_at >= once_since)).first() is not None:
+            if (
+                once_since is not None
+                and conn.execute(
+                    select(_H.c.id).where(
+                        _H.c.adopted_by == job_id, _H.c.state == "adopted", _H.c.ended_at >= once_since
+                    )
+                ).first()
+                is not None
+            ):
                 return None
-            moved = conn.execute(_H.update().where(_H.c.id == r.id, _H.c.state == "held").values(
-                state="adopted", adopted_by=job_id, ended_at=now, end_reason=f"adopted by {job_id}"))
+            moved = conn.execute(
+                _H.update()
+                .where(_H.c.id == r.id, _H.c.state == "held")
+                .values(state="adopted", adopted_by=job_id, ended_at=now, end_reason=f"adopted by {job_id}")
+            )
             if moved.rowcount != 1:
                 return None
         return self.get(str(r.id))
@@ -236,23 +284,29 @@ class Pool:
     def adopted_since(self, job_id: str, since: float) -> Held | None:
         """The host `job_id` adopted at or after `since`, if any."""
         with read_connection(self.engine) as conn:
-            r = conn.execute(select(_H).where(_H.c.adopted_by == job_id, _H.c.state == "adopted",
-                                              _H.c.ended_at >= since)).first()
+            r = conn.execute(
+                select(_H).where(_H.c.adopted_by == job_id, _H.c.state == "adopted", _H.c.ended_at >= since)
+            ).first()
         return None if r is None else self.get(str(r.id))
 
     def unclaim(self, row_id: str, *, job_id: str) -> bool:
         """Put a host `job_id` claimed back on hold (its budget refused the adoption)."""
         with write_transaction(self.engine, lock=_LOCK) as conn:
-            moved = conn.execute(_H.update().where(_H.c.id == row_id, _H.c.state == "adopted",
-                                                   _H.c.adopted_by == job_id).values(
-                state="held", adopted_by=None, ended_at=None, end_reason=None))
+            moved = conn.execute(
+                _H.update()
+                .where(_H.c.id == row_id, _H.c.state == "adopted", _H.c.adopted_by == job_id)
+                .values(state="held", adopted_by=None, ended_at=None, end_reason=None)
+            )
             return bool(moved.rowcount == 1)
 
     def end(self, row_id: str, *, reason: str, now: float, from_states: Sequence[str] = ("held",)) -> bool:
         """Mark a held host released (the caller then stops or destroys it); True for the one caller that moved it."""
         with write_transaction(self.engine, lock=_LOCK) as conn:
-            moved = conn.execute(_H.update().where(_H.c.id == row_id, _H.c.state.in_(list(from_states))).values(
-                state="released", ended_at=now, end_reason=reason))
+            moved = conn.execute(
+                _H.update()
+                .where(_H.c.id == row_id, _H.c.state.in_(list(from_states)))
+                .values(state="released", ended_at=now, end_reason=reason)
+            )
             return bool(moved.rowcount == 1)
 
     def renew(self, row_id: str, *, hold_until: float, standby: bool | None = None) -> bool:
@@ -275,7 +329,10 @@ class Pool:
             r = conn.execute(select(_S).where(_S.c.key == key)).first()
             if r is not None:
                 return StandbyJob(r.job_id, r.owner, int(r.n), r.purpose), False
-            n = int(conn.execute(select(func.coalesce(func.max(_S.c.n), 0)).where(_S.c.owner == owner)).scalar_one()) + 1
+            n = (
+                int(conn.execute(select(func.coalesce(func.max(_S.c.n), 0)).where(_S.c.owner == owner)).scalar_one())
+                + 1
+            )
             job_id = f"{owner}.standby-{n}"
             conn.execute(_S.insert().values(job_id=job_id, owner=owner, n=n, purpose=purpose, key=key, created_at=now))
         return StandbyJob(job_id, owner, n, purpose), True
@@ -320,14 +377,24 @@ class Pool:
     def off_risk(self, provider: str, instance_id: str, *, lost: bool, now: float) -> None:
         """The host's exposure ended (`lost`: it was lost or hung)."""
         with write_transaction(self.engine, lock=f"{_LOCK}.risk") as conn:
-            conn.execute(_R.update().where(_R.c.id == f"{provider}:{instance_id}", _R.c.ended_at.is_(None)).values(
-                ended_at=now, lost=lost))
+            conn.execute(
+                _R.update()
+                .where(_R.c.id == f"{provider}:{instance_id}", _R.c.ended_at.is_(None))
+                .values(ended_at=now, lost=lost)
+            )
 
     def spans(self) -> list[RiskSpan]:
         with read_connection(self.engine) as conn:
-            return [RiskSpan(created_at=float(r.created_at), verified_at=float(r.verified_at),
-                             ended_at=None if r.ended_at is None else float(r.ended_at), lost=bool(r.lost),
-                             owner=r.owner) for r in conn.execute(select(_R))]
+            return [
+                RiskSpan(
+                    created_at=float(r.created_at),
+                    verified_at=float(r.verified_at),
+                    ended_at=None if r.ended_at is None else float(r.ended_at),
+                    lost=bool(r.lost),
+                    owner=r.owner,
+                )
+                for r in conn.execute(select(_R))
+            ]
 
     # -- pull rates -------------------------------------------------------------------------------
     def note_pull_rate(self, provider: str, instance_id: str, rate_gb_per_s: float, *, now: float) -> None:

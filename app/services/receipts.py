@@ -69,13 +69,23 @@ class Receipt:
         }
 
 
-def _cost(r: Rental, *, now: float, end_reason: str, traffic_usd: float, job: str | None = None,
-          start: float | None = None, until: float | None = None) -> RentalCost:
+def _cost(
+    r: Rental,
+    *,
+    now: float,
+    end_reason: str,
+    traffic_usd: float,
+    job: str | None = None,
+    start: float | None = None,
+    until: float | None = None,
+) -> RentalCost:
     """One job's share of a rental: from `start` (its create, or when it was transferred to that
     job) to `until` (when it was transferred on; None: to its end or now)."""
     start = r.created_at if start is None else start
     last = until is None
-    gpu_end = min(until, r.stopped_at or r.ended_at or until) if until is not None else r.stopped_at or r.ended_at or now
+    gpu_end = (
+        min(until, r.stopped_at or r.ended_at or until) if until is not None else r.stopped_at or r.ended_at or now
+    )
     life_end = min(until, r.ended_at or until) if until is not None else r.ended_at or now
     gpu_usd = (r.rate_usd_per_hour or 0.0) * max(0.0, gpu_end - start) / 3600.0
     storage_per_h = (r.storage_per_gb_month or 0.0) * r.disk_gb / 720.0
@@ -89,10 +99,19 @@ def _cost(r: Rental, *, now: float, end_reason: str, traffic_usd: float, job: st
     elif last and r.state == "stopped":
         per_hour = storage_per_h
     return RentalCost(
-        rental=r.id, job=job or r.job, provider=r.provider, instance_id=r.instance_id, machine_id=r.machine_id,
-        state=r.state if last else "transferred", end_reason=end_reason, gpu_usd=gpu_usd, storage_usd=storage_usd,
-        traffic_usd=traffic_usd, idle_seconds_billed=idle,
-        dead_host=last and not r.held_work and r.state in ("destroyed", "lost"), billing_per_hour_now=per_hour,
+        rental=r.id,
+        job=job or r.job,
+        provider=r.provider,
+        instance_id=r.instance_id,
+        machine_id=r.machine_id,
+        state=r.state if last else "transferred",
+        end_reason=end_reason,
+        gpu_usd=gpu_usd,
+        storage_usd=storage_usd,
+        traffic_usd=traffic_usd,
+        idle_seconds_billed=idle,
+        dead_host=last and not r.held_work and r.state in ("destroyed", "lost"),
+        billing_per_hour_now=per_hour,
     )
 
 
@@ -109,8 +128,9 @@ def _shares(r: Rental, transfers: list[Transfer]) -> list[tuple[str, float, floa
     return out
 
 
-def build_receipt(rentals: Rentals, ledger: Ledger, *, now: float, since: float = 0.0,
-                  job: str | None = None) -> Receipt:
+def build_receipt(
+    rentals: Rentals, ledger: Ledger, *, now: float, since: float = 0.0, job: str | None = None
+) -> Receipt:
     """Spend per rental and job, with the reason it stopped or ended (from the ledger). A rental
     transferred to another job (a held host adopted) is split at the transfer: each job pays for
     its own share."""
@@ -138,6 +158,15 @@ def build_receipt(rentals: Rentals, ledger: Ledger, *, now: float, since: float 
                 reason = reasons.get(r.instance_id or "", "running" if r.state == "active" else r.state)
             else:
                 reason = f"transferred to {shares[i + 1][0]}"
-            out.rentals.append(_cost(r, now=now, end_reason=reason, job=who, start=start, until=until,
-                                     traffic_usd=traffic.get((r.instance_id or "", who), 0.0)))
+            out.rentals.append(
+                _cost(
+                    r,
+                    now=now,
+                    end_reason=reason,
+                    job=who,
+                    start=start,
+                    until=until,
+                    traffic_usd=traffic.get((r.instance_id or "", who), 0.0),
+                )
+            )
     return out

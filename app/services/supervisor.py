@@ -193,8 +193,9 @@ def bundle_for_spec(train: Mapping[str, Any], *, base_dir: str | Path) -> Bundle
         if key == "base_model":
             remote = "base_model"
             if local.is_dir():
-                files += [(p, f"{remote}/{p.relative_to(local).as_posix()}")
-                          for p in sorted(local.rglob("*")) if p.is_file()]
+                files += [
+                    (p, f"{remote}/{p.relative_to(local).as_posix()}") for p in sorted(local.rglob("*")) if p.is_file()
+                ]
         else:
             remote = f"data/{local.name}"
             files.append((local, remote))
@@ -244,8 +245,13 @@ def parse_probe_output(text: str) -> dict[str, Any]:
     exit_text = "\n".join(parts.get("@@EXIT", [])).strip()
     exit_code = int(exit_text) if exit_text.lstrip("-").isdigit() else None
     alive = "\n".join(parts.get("@@ALIVE", [])).strip() == "yes"
-    return {"status": status, "alive": alive, "exit_code": exit_code, "log": "\n".join(parts.get("@@LOG", [])),
-            "no_job_dir": "@@NOJOBDIR" in text}
+    return {
+        "status": status,
+        "alive": alive,
+        "exit_code": exit_code,
+        "log": "\n".join(parts.get("@@LOG", [])),
+        "no_job_dir": "@@NOJOBDIR" in text,
+    }
 
 
 def _wall_of(iso: str | None) -> float | None:
@@ -326,8 +332,9 @@ class SupervisorService:
 
     def _save(self, job_id: str, watch: Watch) -> None:
         with write_transaction(self.engine, lock=f"tuneharness.supervision.{job_id}") as conn:
-            conn.execute(_T.update().where(_T.c.job_id == job_id).values(
-                state_json=watch.to_json(), updated_at=self.clock.now()))
+            conn.execute(
+                _T.update().where(_T.c.job_id == job_id).values(state_json=watch.to_json(), updated_at=self.clock.now())
+            )
 
     def arm(self, job_id: str, instance_id: str) -> int:
         """The job was handed a host: (re)start its monitor chain; return the chain's sequence number."""
@@ -377,21 +384,42 @@ class SupervisorService:
             return MonitorStep(job_id, "none", detail=f"job is {phase}, not training")
         att = loaded[0].attempt
         if watch.instance_id != att.instance_id:
-            watch.instance_id, watch.launched, watch.ssh_failures, watch.same_host_restarts = att.instance_id, False, 0, 0
+            watch.instance_id, watch.launched, watch.ssh_failures, watch.same_host_restarts = (
+                att.instance_id,
+                False,
+                0,
+                0,
+            )
         watch.machine_id, watch.provider = att.machine_id, att.provider
         market = self.provisioning.market_for(att.provider)
         try:
             inst = market.status(att.instance_id)
         except MarketError as exc:
-            inst = Instance(att.provider, att.instance_id, att.machine_id, None, "unknown",
-                            f"provider unreachable: {exc}", None, None, None, None)
+            inst = Instance(
+                att.provider,
+                att.instance_id,
+                att.machine_id,
+                None,
+                "unknown",
+                f"provider unreachable: {exc}",
+                None,
+                None,
+                None,
+                None,
+            )
         try:
             step = self._poll(job_id, watch, market, inst)
         except Exception as exc:  # a poll that fails must not end the job's supervision
             now = self.clock.now()
-            self.ledger.append(Event(kind="supervisor_error", job=job_id, instance=att.instance_id,
-                                     reason=f"{type(exc).__name__}: {exc}"[:500],
-                                     idempotency_key=f"{job_id}:supervisor_error:{int(now * 1000)}"))
+            self.ledger.append(
+                Event(
+                    kind="supervisor_error",
+                    job=job_id,
+                    instance=att.instance_id,
+                    reason=f"{type(exc).__name__}: {exc}"[:500],
+                    idempotency_key=f"{job_id}:supervisor_error:{int(now * 1000)}",
+                )
+            )
             step = self._next(job_id, self.cfg.repoll_s, f"poll failed: {exc}")
         self._save(job_id, watch)
         if step.next == "monitor":
@@ -434,8 +462,13 @@ class SupervisorService:
             if inst.state == "running":
                 step = self._observe(job_id, inst, w, phase=None)
                 if step.phase == "queued":
-                    return self._requeued(job_id, w, step, cause="hang",
-                                          evidence=f"no progress seen past the stall window; SSH failing: {exc}")
+                    return self._requeued(
+                        job_id,
+                        w,
+                        step,
+                        cause="hang",
+                        evidence=f"no progress seen past the stall window; SSH failing: {exc}",
+                    )
             return self._next(job_id, self.cfg.repoll_s, f"ssh failed: {exc}")
         finally:
             if shell is not None:
@@ -449,8 +482,14 @@ class SupervisorService:
         self._note_status(w, status, now=now)
         if w.lost_at is not None and w.step > w.resume_step:
             self._record_recovery(job_id, w, parsed["log"])
-        probe = HostProbe(provider_state=inst.state, ssh_ok=True, alive=bool(parsed["alive"]),
-                          phase=status.get("phase"), step=w.step, exit_code=parsed["exit_code"])
+        probe = HostProbe(
+            provider_state=inst.state,
+            ssh_ok=True,
+            alive=bool(parsed["alive"]),
+            phase=status.get("phase"),
+            step=w.step,
+            exit_code=parsed["exit_code"],
+        )
         verdict = assess(probe, ssh_failures=0, cfg=self.cfg)
         if verdict.kind == "training":
             step = self._observe(job_id, inst, w, phase="training")
@@ -492,16 +531,30 @@ class SupervisorService:
         return self.clock.wall_seconds(clock_s)
 
     def _pull(self, job_id: str, w: Watch, shell: HostShell) -> str | None:
-        report = pull_checkpoints(shell, f"{remote_job_root(job_id)}/job", self.store, job=job_id,
-                                  staging=self.staging / job_id, newest_only=True)
+        report = pull_checkpoints(
+            shell,
+            f"{remote_job_root(job_id)}/job",
+            self.store,
+            job=job_id,
+            staging=self.staging / job_id,
+            newest_only=True,
+        )
         newest = latest_checkpoint(self.store, job=job_id)
         if newest is not None:
             w.pulled_step = max(w.pulled_step, int(newest.split("-")[1]))
         for name in report.pulled:
-            self.ledger.append(Event(kind="checkpoint_pulled", job=job_id, instance=w.instance_id,
-                                     provider=w.provider, machine=w.machine_id, reason=name,
-                                     payload={"step": int(name.split("-")[1])},
-                                     idempotency_key=f"{job_id}:pulled:{name}"))
+            self.ledger.append(
+                Event(
+                    kind="checkpoint_pulled",
+                    job=job_id,
+                    instance=w.instance_id,
+                    provider=w.provider,
+                    machine=w.machine_id,
+                    reason=name,
+                    payload={"step": int(name.split("-")[1])},
+                    idempotency_key=f"{job_id}:pulled:{name}",
+                )
+            )
         return report.pulled[0] if report.pulled else None
 
     def _push_bundle(self, job_id: str, w: Watch, shell: HostShell) -> int:
@@ -531,11 +584,15 @@ class SupervisorService:
         root = remote_job_root(job_id)
         slice_wall_s = max(1.0, self._wall_s(self.cfg.slice_s))
         steps = f" --slice-steps {self.cfg.slice_steps}" if self.cfg.slice_steps else ""
-        inner = "cd code && \"$0\" -m trainer run --job-dir ../job --max-seconds " + f"{slice_wall_s:.0f}" + \
-            steps + "; echo $? > ../slice.exit"
+        inner = (
+            'cd code && "$0" -m trainer run --job-dir ../job --max-seconds '
+            + f"{slice_wall_s:.0f}"
+            + steps
+            + "; echo $? > ../slice.exit"
+        )
         command = (
             f"cd {shlex.quote(root)} && rm -f slice.exit && PY=$(command -v python3 || command -v python) && "
-            f"nohup setsid sh -c {shlex.quote(inner)} \"$PY\" > slice.out 2>&1 < /dev/null & "
+            f'nohup setsid sh -c {shlex.quote(inner)} "$PY" > slice.out 2>&1 < /dev/null & '
             f"echo $! > {shlex.quote(root)}/trainer.pid"
         )
         # the `&` binds to the nohup pipeline; $! is the detached shell's pid
@@ -544,11 +601,24 @@ class SupervisorService:
             raise OSError(f"trainer launch failed (exit {res.exit_code}): {res.stderr[-300:]}")
         w.launched_wall = time.time()
         w.slices += 1
-        self.ledger.append(Event(kind="training_started", job=job_id, instance=w.instance_id, provider=w.provider,
-                                 machine=w.machine_id, reason=f"slice {w.slices}",
-                                 payload={"slice": w.slices, "resume_step": w.resume_step, "from_step": w.step,
-                                          "max_seconds": slice_wall_s, "slice_steps": self.cfg.slice_steps},
-                                 idempotency_key=f"{job_id}:slice:{w.instance_id}:{w.slices}"))
+        self.ledger.append(
+            Event(
+                kind="training_started",
+                job=job_id,
+                instance=w.instance_id,
+                provider=w.provider,
+                machine=w.machine_id,
+                reason=f"slice {w.slices}",
+                payload={
+                    "slice": w.slices,
+                    "resume_step": w.resume_step,
+                    "from_step": w.step,
+                    "max_seconds": slice_wall_s,
+                    "slice_steps": self.cfg.slice_steps,
+                },
+                idempotency_key=f"{job_id}:slice:{w.instance_id}:{w.slices}",
+            )
+        )
 
     def _launch(self, job_id: str, w: Watch, shell: HostShell, *, first_on_host: bool) -> None:
         if first_on_host:
@@ -566,15 +636,29 @@ class SupervisorService:
             self._start_slice(job_id, w, shell)
         finally:
             shell.close()
-        self.provisioning.reputation.record(w.provider or "", w.machine_id or "", "slice_finished",
-                                            now=self.clock.now())
+        self.provisioning.reputation.record(
+            w.provider or "", w.machine_id or "", "slice_finished", now=self.clock.now()
+        )
         w.last_progress_at = self.clock.now()
 
-    def _observe(self, job_id: str, inst: Instance, w: Watch, *, phase: Literal["training", "failed"] | None,
-                 error: str | None = None) -> Step:
+    def _observe(
+        self,
+        job_id: str,
+        inst: Instance,
+        w: Watch,
+        *,
+        phase: Literal["training", "failed"] | None,
+        error: str | None = None,
+    ) -> Step:
         """Feed the trainer's state to the provisioning state machine (hang and loss detection there)."""
-        obs = TrainerStatus(instance=inst, phase=phase, work_s=float(w.step), checkpoint_work_s=float(w.pulled_step),
-                            heartbeat_at=w.last_heartbeat_at, error=error)
+        obs = TrainerStatus(
+            instance=inst,
+            phase=phase,
+            work_s=float(w.step),
+            checkpoint_work_s=float(w.pulled_step),
+            heartbeat_at=w.last_heartbeat_at,
+            error=error,
+        )
         return self.provisioning.observe(job_id, obs)
 
     def _lost(self, job_id: str, w: Watch, inst: Instance, why: str) -> MonitorStep:
@@ -582,9 +666,15 @@ class SupervisorService:
         now = self.clock.now()
         rental = self.provisioning.rentals.by_instance(inst.provider, inst.instance_id)
         if rental is not None and inst.state in ("gone", "exited"):
-            self.provisioning.rentals.transition(rental.id, to="lost", from_states=("active", "stopped"),
-                                                 kind="instance_lost", reason=why, now=now,
-                                                 evidence={"provider_state": inst.state})
+            self.provisioning.rentals.transition(
+                rental.id,
+                to="lost",
+                from_states=("active", "stopped"),
+                kind="instance_lost",
+                reason=why,
+                now=now,
+                evidence={"provider_state": inst.state},
+            )
         seen = inst if inst.state in ("gone", "exited") else replace(inst, state="unknown")
         step = self._observe(job_id, seen, w, phase=None)
         return self._requeued(job_id, w, step, cause="lost", evidence=why)
@@ -597,22 +687,40 @@ class SupervisorService:
         w.lost_at = last_good if last_good is not None else now
         w.lost_cause, w.lost_machine, w.lost_step = cause, w.machine_id, w.step
         w.launched = False
-        self.ledger.append(Event(kind="host_lost", job=job_id, instance=w.instance_id, provider=w.provider,
-                                 machine=w.machine_id, reason=evidence,
-                                 payload={"cause": cause, "last_good_at": w.lost_at, "detected_at": now,
-                                          "last_ok_poll_at": w.last_ok_poll_at,
-                                          # the loss came after the last poll that reached the host
-                                          "detection_at_most_s": None if w.last_ok_poll_at is None
-                                          else now - w.last_ok_poll_at,
-                                          "step": w.step, "pulled_step": w.pulled_step},
-                                 idempotency_key=f"{job_id}:host_lost:{w.instance_id}"))
-        self.notifier.notify(Alert("host_lost", f"{w.machine_id} ({cause}): {evidence}", job=job_id,
-                                   details={"instance": w.instance_id, "step": w.step,
-                                            "resume_from": w.pulled_step},
-                                   key=f"host_lost:{job_id}:{w.instance_id}"))
+        self.ledger.append(
+            Event(
+                kind="host_lost",
+                job=job_id,
+                instance=w.instance_id,
+                provider=w.provider,
+                machine=w.machine_id,
+                reason=evidence,
+                payload={
+                    "cause": cause,
+                    "last_good_at": w.lost_at,
+                    "detected_at": now,
+                    "last_ok_poll_at": w.last_ok_poll_at,
+                    # the loss came after the last poll that reached the host
+                    "detection_at_most_s": None if w.last_ok_poll_at is None else now - w.last_ok_poll_at,
+                    "step": w.step,
+                    "pulled_step": w.pulled_step,
+                },
+                idempotency_key=f"{job_id}:host_lost:{w.instance_id}",
+            )
+        )
+        self.notifier.notify(
+            Alert(
+                "host_lost",
+                f"{w.machine_id} ({cause}): {evidence}",
+                job=job_id,
+                details={"instance": w.instance_id, "step": w.step, "resume_from": w.pulled_step},
+                key=f"host_lost:{job_id}:{w.instance_id}",
+            )
+        )
         self.jobs.set_phase(job_id, "provisioning", detail=f"host {w.machine_id} lost ({cause}); renting a replacement")
-        return MonitorStep(job_id, "provision", step.wake_at if step.wake_at is not None else now,
-                           detail=f"host lost ({cause})")
+        return MonitorStep(
+            job_id, "provision", step.wake_at if step.wake_at is not None else now, detail=f"host lost ({cause})"
+        )
 
     def _record_recovery(self, job_id: str, w: Watch, log: str) -> None:
         first = _first_step_wall(log, after_step=w.resume_step, not_before_wall=w.launched_wall or 0.0)
@@ -620,38 +728,74 @@ class SupervisorService:
         lost_at = w.lost_at if w.lost_at is not None else resumed_at
         w.recoveries += 1
         lost_steps = None if w.lost_step is None else max(0, w.lost_step - w.resume_step)
-        self.ledger.append(Event(kind="recovery", job=job_id, instance=w.instance_id, provider=w.provider,
-                                 machine=w.machine_id, reason=f"resumed from step {w.resume_step} after {w.lost_cause}",
-                                 payload={"cause": w.lost_cause, "lost_machine": w.lost_machine,
-                                          "machine_id": w.machine_id, "lost_at": lost_at, "resumed_at": resumed_at,
-                                          "recovery_s": max(0.0, resumed_at - lost_at), "lost_step": w.lost_step,
-                                          "resume_step": w.resume_step, "lost_steps": lost_steps},
-                                 idempotency_key=f"{job_id}:recovery:{w.instance_id}"))
-        self.notifier.notify(Alert("running_again", f"resumed on {w.machine_id} from step {w.resume_step}",
-                                   job=job_id, details={"recovery_s": round(max(0.0, resumed_at - lost_at), 1),
-                                                        "lost_machine": w.lost_machine},
-                                   key=f"running_again:{job_id}:{w.instance_id}"))
+        self.ledger.append(
+            Event(
+                kind="recovery",
+                job=job_id,
+                instance=w.instance_id,
+                provider=w.provider,
+                machine=w.machine_id,
+                reason=f"resumed from step {w.resume_step} after {w.lost_cause}",
+                payload={
+                    "cause": w.lost_cause,
+                    "lost_machine": w.lost_machine,
+                    "machine_id": w.machine_id,
+                    "lost_at": lost_at,
+                    "resumed_at": resumed_at,
+                    "recovery_s": max(0.0, resumed_at - lost_at),
+                    "lost_step": w.lost_step,
+                    "resume_step": w.resume_step,
+                    "lost_steps": lost_steps,
+                },
+                idempotency_key=f"{job_id}:recovery:{w.instance_id}",
+            )
+        )
+        self.notifier.notify(
+            Alert(
+                "running_again",
+                f"resumed on {w.machine_id} from step {w.resume_step}",
+                job=job_id,
+                details={"recovery_s": round(max(0.0, resumed_at - lost_at), 1), "lost_machine": w.lost_machine},
+                key=f"running_again:{job_id}:{w.instance_id}",
+            )
+        )
         w.lost_at = w.lost_cause = w.lost_machine = w.lost_step = None
 
     def _finish(self, job_id: str, w: Watch, market: Market, inst: Instance) -> MonitorStep:
         shell = self._shell(inst, job_id)
         try:
             self._pull(job_id, w, shell)
-            got = pull_adapter(shell, f"{remote_job_root(job_id)}/job", self.store, job=job_id,
-                               staging=self.staging / job_id)
+            got = pull_adapter(
+                shell, f"{remote_job_root(job_id)}/job", self.store, job=job_id, staging=self.staging / job_id
+            )
         finally:
             shell.close()
         if not got:
             return self._next(job_id, self.cfg.repoll_s, "finished but no complete adapter yet")
         verify = self.staging / job_id / "verify-adapter"
         fetch_dir(self.store, f"jobs/{job_id}/adapter", verify)  # raises ArtifactError on any mismatch
-        self.ledger.append(Event(kind="adapter_pulled", job=job_id, instance=w.instance_id, provider=w.provider,
-                                 machine=w.machine_id, reason="final adapter pulled and verified",
-                                 payload={"key": f"jobs/{job_id}/adapter", "step": w.step},
-                                 idempotency_key=f"{job_id}:adapter_pulled"))
-        self.provisioning.observe(job_id, TrainerStatus(instance=inst, phase="finished", work_s=float(w.step),
-                                                        checkpoint_work_s=float(w.step),
-                                                        heartbeat_at=w.last_heartbeat_at))
+        self.ledger.append(
+            Event(
+                kind="adapter_pulled",
+                job=job_id,
+                instance=w.instance_id,
+                provider=w.provider,
+                machine=w.machine_id,
+                reason="final adapter pulled and verified",
+                payload={"key": f"jobs/{job_id}/adapter", "step": w.step},
+                idempotency_key=f"{job_id}:adapter_pulled",
+            )
+        )
+        self.provisioning.observe(
+            job_id,
+            TrainerStatus(
+                instance=inst,
+                phase="finished",
+                work_s=float(w.step),
+                checkpoint_work_s=float(w.step),
+                heartbeat_at=w.last_heartbeat_at,
+            ),
+        )
         w.finished = True
         # A job without a gate is done; a seed run of a gated job is done, and the last one to
         # finish hands the job to evaluation.
@@ -660,19 +804,39 @@ class SupervisorService:
             return MonitorStep(job_id, "evaluate", evaluate=gated, detail=f"finished: {gated} handed to evaluation")
         return MonitorStep(job_id, "none", detail="finished: adapter pulled")
 
-    def _dead(self, job_id: str, w: Watch, market: Market, inst: Instance, parsed: Mapping[str, Any],
-              why: str) -> MonitorStep:
+    def _dead(
+        self, job_id: str, w: Watch, market: Market, inst: Instance, parsed: Mapping[str, Any], why: str
+    ) -> MonitorStep:
         answer = self.triage(job_id, str(parsed["log"]))
-        route = route_triage(answer.state, answer.action, exit_code=parsed["exit_code"],
-                             same_host_restarts=w.same_host_restarts, cfg=self.cfg, remedy=answer.remedy)
-        self.ledger.append(Event(kind="trainer_died", job=job_id, instance=w.instance_id, provider=w.provider,
-                                 machine=w.machine_id, reason=why,
-                                 payload={"triage_state": answer.state, "triage_action": answer.action,
-                                          "needs_operator": answer.needs_operator, "route": route,
-                                          "remedy": answer.remedy,
-                                          "exit_code": parsed["exit_code"], "step": w.step,
-                                          "evidence": list(answer.evidence)[:5]},
-                                 idempotency_key=f"{job_id}:died:{w.instance_id}:{w.slices}"))
+        route = route_triage(
+            answer.state,
+            answer.action,
+            exit_code=parsed["exit_code"],
+            same_host_restarts=w.same_host_restarts,
+            cfg=self.cfg,
+            remedy=answer.remedy,
+        )
+        self.ledger.append(
+            Event(
+                kind="trainer_died",
+                job=job_id,
+                instance=w.instance_id,
+                provider=w.provider,
+                machine=w.machine_id,
+                reason=why,
+                payload={
+                    "triage_state": answer.state,
+                    "triage_action": answer.action,
+                    "needs_operator": answer.needs_operator,
+                    "route": route,
+                    "remedy": answer.remedy,
+                    "exit_code": parsed["exit_code"],
+                    "step": w.step,
+                    "evidence": list(answer.evidence)[:5],
+                },
+                idempotency_key=f"{job_id}:died:{w.instance_id}:{w.slices}",
+            )
+        )
         if route == "same_host":
             w.same_host_restarts += 1
             self._relaunch(job_id, w, market, inst, why=f"triage {answer.state}: {answer.action}")
@@ -680,8 +844,9 @@ class SupervisorService:
         if route == "replace":
             step = self._observe(job_id, inst, w, phase="failed", error=f"{answer.state}: {why}")
             return self._requeued(job_id, w, step, cause="lost", evidence=f"trainer died ({answer.state}); replacing")
-        self.provisioning.give_up_training(job_id, reason=f"training failed ({answer.state})",
-                                           evidence=f"{why}; triage: {answer.action}")
+        self.provisioning.give_up_training(
+            job_id, reason=f"training failed ({answer.state})", evidence=f"{why}; triage: {answer.action}"
+        )
         w.failure = f"{answer.state}: {answer.action}"
         self.jobs.set_phase(job_id, "failed", detail=f"trainer died: {answer.state}; {answer.action}")
         self.jobs.run_failed(job_id, detail=f"trainer died: {answer.state}")

@@ -65,9 +65,14 @@ class TriageResult:
         return remedy_for(self.state, self.evidence)
 
     def as_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"id": self.id, "state": self.state, "stage": self.stage,
-                               "confidence": round(self.confidence, 4), "action": self.action,
-                               "evidence": list(self.evidence)}
+        out: dict[str, Any] = {
+            "id": self.id,
+            "state": self.state,
+            "stage": self.stage,
+            "confidence": round(self.confidence, 4),
+            "action": self.action,
+            "evidence": list(self.evidence),
+        }
         if self.needs_operator:
             out["needs_operator"] = True
         if self.notes:
@@ -98,8 +103,9 @@ class TriageChain:
         self.specialist_overrule_confidence = specialist_overrule_confidence
         self.stall_after_s = stall_after_s
 
-    def triage(self, log: str | bytes, *, idle_seconds: float | None = None, id: str = "log",
-               job: str | None = None) -> TriageResult:
+    def triage(
+        self, log: str | bytes, *, idle_seconds: float | None = None, id: str = "log", job: str | None = None
+    ) -> TriageResult:
         return self.triage_many([TriageInput(id, log, idle_seconds, job)])[0]
 
     def triage_many(self, rows: Sequence[TriageInput]) -> list[TriageResult]:
@@ -143,7 +149,9 @@ class TriageChain:
                     still.append(i)
                     continue
                 if p >= self.specialist_min_confidence:
-                    results[i] = TriageResult(rows[i].id, state, "specialist", p, action_for(state, verdicts[i].evidence), ev)
+                    results[i] = TriageResult(
+                        rows[i].id, state, "specialist", p, action_for(state, verdicts[i].evidence), ev
+                    )
                 else:
                     best[i] = (state, p, "specialist", ev)
                     still.append(i)
@@ -154,14 +162,20 @@ class TriageChain:
             if self.escalation is not None:
                 answer = self.escalation.ask(_llm_prompt(rows[i], digests[i]), row_id=rows[i].id, job=rows[i].job)
             if answer is not None and answer.state is not None:
-                results[i] = TriageResult(rows[i].id, answer.state, "llm", 0.8,
-                                          action_for(answer.state, verdicts[i].evidence),
-                                          (f"llm (${answer.cost_usd:.5f})", *verdicts[i].evidence[:2]),
-                                          notes=tuple(notes[i]))
+                results[i] = TriageResult(
+                    rows[i].id,
+                    answer.state,
+                    "llm",
+                    0.8,
+                    action_for(answer.state, verdicts[i].evidence),
+                    (f"llm (${answer.cost_usd:.5f})", *verdicts[i].evidence[:2]),
+                    notes=tuple(notes[i]),
+                )
                 continue
             why = answer.reason if answer is not None else "no LLM endpoint configured (TUNEHARNESS_LLM_URL)"
-            results[i] = TriageResult(rows[i].id, state, stage, conf, action_for(state, ev), ev,
-                                      needs_operator=True, notes=(*notes[i], why))
+            results[i] = TriageResult(
+                rows[i].id, state, stage, conf, action_for(state, ev), ev, needs_operator=True, notes=(*notes[i], why)
+            )
         return [r for r in results if r is not None]
 
 

@@ -25,7 +25,9 @@ _DIGITS = re.compile(r"\d+")
 _LINE_CHARS = 140
 
 
-_EXC = re.compile(r"^[\w.]*(?:Error|Exception|Failure|Interrupt)\b:?|\bKilled\b|NVRM|Xid|\bnan\b|oom-kill", re.IGNORECASE)
+_EXC = re.compile(
+    r"^[\w.]*(?:Error|Exception|Failure|Interrupt)\b:?|\bKilled\b|NVRM|Xid|\bnan\b|oom-kill", re.IGNORECASE
+)
 _BOILERPLATE = re.compile(
     r"ChildFailedError|error_file:|To enable traceback|Root Cause|^Failures:|NO_OTHER_FAILURES|^=+$|^-+$"
     r"|CUDA_LAUNCH_BLOCKING|might be asynchronously reported|TORCH_USE_CUDA_DSA|CalledProcessError"

@@ -29,8 +29,14 @@ def _default_answer(prompt: str) -> str:
 class FakeLlmServer:
     """A threaded HTTP server speaking the `/v1/chat/completions` subset the chain uses."""
 
-    def __init__(self, *, key: str | None = None, answer: Callable[[str], str] | None = None,
-                 status: int = 200, usage: bool = True) -> None:
+    def __init__(
+        self,
+        *,
+        key: str | None = None,
+        answer: Callable[[str], str] | None = None,
+        status: int = 200,
+        usage: bool = True,
+    ) -> None:
         self.key = key
         self.answer = answer or _default_answer
         self.status = status
@@ -79,14 +85,17 @@ class FakeLlmServer:
                     "id": f"chatcmpl-fake-{len(fake.requests)}",
                     "object": "chat.completion",
                     "model": body.get("model", "fake"),
-                    "choices": [{"index": 0, "finish_reason": "stop",
-                                 "message": {"role": "assistant", "content": content}}],
+                    "choices": [
+                        {"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": content}}
+                    ],
                 }
                 if fake.usage:
                     all_text = "".join(str(m.get("content", "")) for m in body["messages"])
-                    reply["usage"] = {"prompt_tokens": max(1, len(all_text) // 4),
-                                      "completion_tokens": max(1, len(content) // 4),
-                                      "total_tokens": max(1, len(all_text) // 4) + max(1, len(content) // 4)}
+                    reply["usage"] = {
+                        "prompt_tokens": max(1, len(all_text) // 4),
+                        "completion_tokens": max(1, len(content) // 4),
+                        "total_tokens": max(1, len(all_text) // 4) + max(1, len(content) // 4),
+                    }
                 self._reply(200, reply)
 
             def _reply(self, status: int, obj: dict[str, Any]) -> None:

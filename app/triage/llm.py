@@ -71,8 +71,11 @@ class LlmConfig:
         if not url:
             return None
         if not re.match(r"^https?://[^/\s]+", url):
-            raise SettingsError("TUNEHARNESS_LLM_URL", f"{url!r} is not an http(s) URL",
-                                "set it to the API base, e.g. https://api.openai.com/v1")
+            raise SettingsError(
+                "TUNEHARNESS_LLM_URL",
+                f"{url!r} is not an http(s) URL",
+                "set it to the API base, e.g. https://api.openai.com/v1",
+            )
 
         def num(name: str, default: float) -> float:
             raw = env.get(name)
@@ -154,7 +157,9 @@ class LlmEscalation:
         spent = self.spent_today_usd()
         worst = self._worst_case_usd(prompt)
         if spent + worst > self.config.daily_cap_usd:
-            return EscalationResult(None, f"daily LLM cap reached: ${spent:.4f} of ${self.config.daily_cap_usd:.2f} spent")
+            return EscalationResult(
+                None, f"daily LLM cap reached: ${spent:.4f} of ${self.config.daily_cap_usd:.2f} spent"
+            )
         headers = {"Content-Type": "application/json"}
         if self.config.key:
             headers["Authorization"] = f"Bearer {self.config.key}"
@@ -165,8 +170,9 @@ class LlmEscalation:
             "messages": [{"role": "system", "content": _SYSTEM}, {"role": "user", "content": prompt}],
         }
         try:
-            resp = httpx.post(f"{self.config.url}/chat/completions", json=body, headers=headers,
-                              timeout=self.config.timeout_s)
+            resp = httpx.post(
+                f"{self.config.url}/chat/completions", json=body, headers=headers, timeout=self.config.timeout_s
+            )
         except httpx.HTTPError as exc:
             return EscalationResult(None, f"LLM endpoint unreachable: {type(exc).__name__}")
         if resp.status_code != 200:
@@ -187,12 +193,22 @@ class LlmEscalation:
         state = parse_state(content)
         from app.ledger import Event
 
-        self.ledger.append(Event(
-            kind=LLM_EVENT, job=job, provider="llm", amount_usd=cost,
-            reason=f"triage escalation{' of ' + row_id if row_id else ''}",
-            payload={"model": self.config.model, "prompt_tokens": prompt_tokens,
-                     "completion_tokens": completion_tokens, "state": state, "row": row_id},
-        ))
+        self.ledger.append(
+            Event(
+                kind=LLM_EVENT,
+                job=job,
+                provider="llm",
+                amount_usd=cost,
+                reason=f"triage escalation{' of ' + row_id if row_id else ''}",
+                payload={
+                    "model": self.config.model,
+                    "prompt_tokens": prompt_tokens,
+                    "completion_tokens": completion_tokens,
+                    "state": state,
+                    "row": row_id,
+                },
+            )
+        )
         if state is None:
             return EscalationResult(None, "LLM answer named no known state", cost)
         return EscalationResult(state, "llm", cost)

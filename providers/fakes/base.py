@@ -83,8 +83,10 @@ class FakeVendorServer:
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
         self._server.daemon_threads = True
         self._thread = threading.Thread(
-            target=self._server.serve_forever, kwargs={"poll_interval": 0.05},
-            name=f"fake-{self.provider}", daemon=True,
+            target=self._server.serve_forever,
+            kwargs={"poll_interval": 0.05},
+            name=f"fake-{self.provider}",
+            daemon=True,
         )
         self._thread.start()
         return self
@@ -130,8 +132,13 @@ class FakeVendorServer:
             self._state.calls.clear()
 
     def inject(
-        self, status: int, body: str | dict[str, Any] | list[Any] = "", *, times: int = 1,
-        match: str | None = None, method: str | None = None,
+        self,
+        status: int,
+        body: str | dict[str, Any] | list[Any] = "",
+        *,
+        times: int = 1,
+        match: str | None = None,
+        method: str | None = None,
     ) -> None:
         """Make the next `times` matching calls answer `status` with `body` (text or JSON)."""
         reply = json_reply(status, body) if isinstance(body, dict | list) else text_reply(status, body)
@@ -147,8 +154,10 @@ class FakeVendorServer:
             for fault in self._state.faults:
                 if fault.method is not None and fault.method != call.method:
                     continue
-                if fault.match is None or fault.match in call.path or (
-                    call.operation is not None and fault.match in call.operation
+                if (
+                    fault.match is None
+                    or fault.match in call.path
+                    or (call.operation is not None and fault.match in call.operation)
                 ):
                     fault.times -= 1
                     if fault.times <= 0:
@@ -184,8 +193,13 @@ class FakeVendorServer:
         except ValueError:
             body = text
         call = RecordedCall(
-            method=method, path=parts.path, query=query, headers=headers, body=body,
-            authorized=authorized, operation=self.operation(body),
+            method=method,
+            path=parts.path,
+            query=query,
+            headers=headers,
+            body=body,
+            authorized=authorized,
+            operation=self.operation(body),
         )
         with self.lock:
             self._state.calls.append(call)
@@ -222,4 +236,3 @@ def _handler_for(fake: FakeVendorServer) -> type[BaseHTTPRequestHandler]:
             pass
 
     return Handler
-

@@ -19,21 +19,37 @@ from providers.fakes.base import FakeVendorServer, RecordedCall, Reply, json_rep
 
 __all__ = ["FakeRunPod", "sample_runpod_gpu_types"]
 
-CAPACITY_ERROR = "There are no longer any instances available with the requested specifications. Please refresh and try again."
+CAPACITY_ERROR = (
+    "There are no longer any instances available with the requested specifications. Please refresh and try again."
+)
 _ROOT = re.compile(r"\{\s*([A-Za-z_]\w*)")
 
 
 def sample_runpod_gpu_types() -> list[dict[str, Any]]:
     """GPU types shaped like `gpuTypes` answers; prices per GPU per hour."""
     return [
-        {"id": "NVIDIA GeForce RTX 3090", "displayName": "RTX 3090", "memoryInGb": 24,
-         "securePrice": 0.43, "communityPrice": 0.22},
-        {"id": "NVIDIA GeForce RTX 4090", "displayName": "RTX 4090", "memoryInGb": 24,
-         "securePrice": 0.69, "communityPrice": 0.34},
-        {"id": "NVIDIA A40", "displayName": "A40", "memoryInGb": 48,
-         "securePrice": 0.35, "communityPrice": None},
-        {"id": "NVIDIA A100 80GB PCIe", "displayName": "A100 PCIe", "memoryInGb": 80,
-         "securePrice": 1.64, "communityPrice": 1.19},
+        {
+            "id": "NVIDIA GeForce RTX 3090",
+            "displayName": "RTX 3090",
+            "memoryInGb": 24,
+            "securePrice": 0.43,
+            "communityPrice": 0.22,
+        },
+        {
+            "id": "NVIDIA GeForce RTX 4090",
+            "displayName": "RTX 4090",
+            "memoryInGb": 24,
+            "securePrice": 0.69,
+            "communityPrice": 0.34,
+        },
+        {"id": "NVIDIA A40", "displayName": "A40", "memoryInGb": 48, "securePrice": 0.35, "communityPrice": None},
+        {
+            "id": "NVIDIA A100 80GB PCIe",
+            "displayName": "A100 PCIe",
+            "memoryInGb": 80,
+            "securePrice": 1.64,
+            "communityPrice": 1.19,
+        },
     ]
 
 
@@ -43,8 +59,10 @@ def _data(payload: dict[str, Any]) -> Reply:
 
 def _error(message: str, field: str | None = None) -> Reply:
     """RunPod's way: HTTP 200, the message under `errors`, `data` null for the failed field."""
-    return json_reply(200, {"errors": [{"message": message, "path": [field] if field else []}],
-                            "data": {field: None} if field else None})
+    return json_reply(
+        200,
+        {"errors": [{"message": message, "path": [field] if field else []}], "data": {field: None} if field else None},
+    )
 
 
 class FakeRunPod(FakeVendorServer):
@@ -52,8 +70,9 @@ class FakeRunPod(FakeVendorServer):
 
     provider = "runpod"
 
-    def __init__(self, *, api_key: str = "fake-runpod-key", gpu_types: list[dict[str, Any]] | None = None,
-                 capacity: int = 10) -> None:
+    def __init__(
+        self, *, api_key: str = "fake-runpod-key", gpu_types: list[dict[str, Any]] | None = None, capacity: int = 10
+    ) -> None:
         super().__init__(api_key=api_key)
         types = gpu_types if gpu_types is not None else sample_runpod_gpu_types()
         self.gpu_types: dict[str, dict[str, Any]] = {t["id"]: dict(t) for t in types}
@@ -83,8 +102,19 @@ class FakeRunPod(FakeVendorServer):
                 "uptimeInSeconds": 12,
                 "ports": [
                     {"ip": "10.0.0.5", "isIpPublic": False, "privatePort": 22, "publicPort": 22, "type": "tcp"},
-                    *([{"ip": ip, "isIpPublic": True, "privatePort": 22, "publicPort": next(self._ports),
-                        "type": "tcp"}] if public else []),
+                    *(
+                        [
+                            {
+                                "ip": ip,
+                                "isIpPublic": True,
+                                "privatePort": 22,
+                                "publicPort": next(self._ports),
+                                "type": "tcp",
+                            }
+                        ]
+                        if public
+                        else []
+                    ),
                 ],
                 "gpus": [{"id": f"GPU-{pod_id}-{i}", "gpuUtilPercent": util} for i in range(pod["gpuCount"])],
             }
@@ -137,35 +167,56 @@ class FakeRunPod(FakeVendorServer):
         for t in self.gpu_types.values():
             in_stock = self.capacity.get(t["id"], 0) > 0
             price = t.get("communityPrice") or t.get("securePrice")
-            rows.append({**t, "lowestPrice": {
-                "minimumBidPrice": None if price is None else round(price * 0.6, 3),
-                "uninterruptablePrice": price,
-                "stockStatus": ("High" if self.capacity[t["id"]] > 3 else "Low") if in_stock else None,
-            }})
+            rows.append(
+                {
+                    **t,
+                    "lowestPrice": {
+                        "minimumBidPrice": None if price is None else round(price * 0.6, 3),
+                        "uninterruptablePrice": price,
+                        "stockStatus": ("High" if self.capacity[t["id"]] > 3 else "Low") if in_stock else None,
+                    },
+                }
+            )
         return _data({"gpuTypes": rows})
 
     def _deploy(self, spec: dict[str, Any]) -> Reply:
         gtype = self.gpu_types.get(str(spec.get("gpuTypeId")))
         count = int(spec.get("gpuCount") or 1)
-        if gtype is None or self.capacity.get(gtype["id"], 0) < 1 or (
-            spec.get("cloudType") == "COMMUNITY" and not gtype.get("communityPrice")
+        if (
+            gtype is None
+            or self.capacity.get(gtype["id"], 0) < 1
+            or (spec.get("cloudType") == "COMMUNITY" and not gtype.get("communityPrice"))
         ):
             return _error(CAPACITY_ERROR, "podFindAndDeployOnDemand")
         self.capacity[gtype["id"]] -= 1
         pod_id = f"fakepod{next(self._ids):04d}"
         price = gtype.get("communityPrice") if spec.get("cloudType") == "COMMUNITY" else gtype.get("securePrice")
         self.pods[pod_id] = {
-            "id": pod_id, "name": spec.get("name"), "desiredStatus": "RUNNING",
+            "id": pod_id,
+            "name": spec.get("name"),
+            "desiredStatus": "RUNNING",
             "lastStatusChange": f"Rented by User: {time.strftime('%a %b %d %Y %H:%M:%S GMT+0000')}",
-            "costPerHr": round(float(price or 0) * count, 6), "gpuCount": count,
-            "machineId": f"m{next(self._ids):05d}", "imageName": spec.get("imageName"),
-            "env": spec.get("env") or [], "ports": spec.get("ports"), "runtime": None,
-            "containerDiskInGb": spec.get("containerDiskInGb"), "machine": {"podHostId": f"{pod_id}-host"},
+            "costPerHr": round(float(price or 0) * count, 6),
+            "gpuCount": count,
+            "machineId": f"m{next(self._ids):05d}",
+            "imageName": spec.get("imageName"),
+            "env": spec.get("env") or [],
+            "ports": spec.get("ports"),
+            "runtime": None,
+            "containerDiskInGb": spec.get("containerDiskInGb"),
+            "machine": {"podHostId": f"{pod_id}-host"},
         }
         pod = self.pods[pod_id]
-        return _data({"podFindAndDeployOnDemand": {
-            "id": pod_id, "desiredStatus": "RUNNING", "machineId": pod["machineId"], "machine": pod["machine"],
-        }})
+        return _data(
+            {
+                "podFindAndDeployOnDemand": {
+                    "id": pod_id,
+                    "desiredStatus": "RUNNING",
+                    "machineId": pod["machineId"],
+                    "machine": pod["machine"],
+                }
+            }
+        )
 
     def _view(self, pod: dict[str, Any]) -> dict[str, Any]:
         return {k: v for k, v in pod.items() if k not in ("env", "machine", "containerDiskInGb", "ports")}
@@ -175,8 +226,12 @@ class FakeRunPod(FakeVendorServer):
         if pod is None:
             return _data({"pod": None})
         self._reads[pod_id] = self._reads.get(pod_id, 0) + 1
-        if self.auto_boot_after_reads is not None and pod["runtime"] is None \
-                and pod["desiredStatus"] == "RUNNING" and self._reads[pod_id] > self.auto_boot_after_reads:
+        if (
+            self.auto_boot_after_reads is not None
+            and pod["runtime"] is None
+            and pod["desiredStatus"] == "RUNNING"
+            and self._reads[pod_id] > self.auto_boot_after_reads
+        ):
             self.boot(pod_id)
         return _data({"pod": self._view(pod)})
 
@@ -190,6 +245,10 @@ class FakeRunPod(FakeVendorServer):
         if op == "podStop":
             pod.update(desiredStatus="EXITED", runtime=None, lastStatusChange="Exited by user")
         else:
-            pod.update(desiredStatus="RUNNING", runtime=None, lastStatusChange="Resumed by user",
-                       gpuCount=int(variables.get("gpuCount") or pod["gpuCount"]))
+            pod.update(
+                desiredStatus="RUNNING",
+                runtime=None,
+                lastStatusChange="Resumed by user",
+                gpuCount=int(variables.get("gpuCount") or pod["gpuCount"]),
+            )
         return _data({op: {"id": pod_id, "desiredStatus": pod["desiredStatus"]}})

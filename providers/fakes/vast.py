@@ -39,9 +39,18 @@ _ASK = re.compile(r"^/api/v0/asks/(\d+)/$")
 def sample_vast_offers() -> list[dict[str, Any]]:
     """A handful of offers shaped like `/bundles/` answers (for demos and tests)."""
     base = {
-        "verified": True, "external": False, "rentable": True, "rented": False, "num_gpus": 1,
-        "cpu_ram": 64000, "disk_space": 200.0, "inet_up": 600.0, "cuda_max_good": 12.4,
-        "driver_version": "550.54.14", "compute_cap": 860, "geolocation": "Poland, PL",
+        "verified": True,
+        "external": False,
+        "rentable": True,
+        "rented": False,
+        "num_gpus": 1,
+        "cpu_ram": 64000,
+        "disk_space": 200.0,
+        "inet_up": 600.0,
+        "cuda_max_good": 12.4,
+        "driver_version": "550.54.14",
+        "compute_cap": 860,
+        "geolocation": "Poland, PL",
     }
     rows = [
         (5001, 41, "RTX 3090", 24576, 0.11, 0.15, 0.002, 800.0, 0.995),
@@ -51,10 +60,23 @@ def sample_vast_offers() -> list[dict[str, Any]]:
     ]
     return [
         {
-            **base, "id": oid, "ask_contract_id": oid, "machine_id": mid, "host_id": 900 + mid,
-            "gpu_name": name, "gpu_ram": ram_mb, "dph_base": dph * 0.9, "dph_total": dph,
-            "storage_cost": storage, "inet_up_cost": down, "inet_down_cost": down, "inet_down": mbps,
-            "reliability": rel, "reliability2": rel, "dlperf": 30.0, "score": 100.0,
+            **base,
+            "id": oid,
+            "ask_contract_id": oid,
+            "machine_id": mid,
+            "host_id": 900 + mid,
+            "gpu_name": name,
+            "gpu_ram": ram_mb,
+            "dph_base": dph * 0.9,
+            "dph_total": dph,
+            "storage_cost": storage,
+            "inet_up_cost": down,
+            "inet_down_cost": down,
+            "inet_down": mbps,
+            "reliability": rel,
+            "reliability2": rel,
+            "dlperf": 30.0,
+            "score": 100.0,
         }
         for oid, mid, name, ram_mb, dph, storage, down, mbps, rel in rows
     ]
@@ -96,7 +118,10 @@ class FakeVast(FakeVendorServer):
         with self.lock:
             rec = self.instances[str(instance_id)]
             rec.update(
-                actual_status="running", cur_state="running", status_msg=status_msg, public_ipaddr=ip,
+                actual_status="running",
+                cur_state="running",
+                status_msg=status_msg,
+                public_ipaddr=ip,
                 ports={"22/tcp": [{"HostIp": "0.0.0.0", "HostPort": str(next(self._ports))}]},
                 gpu_util=0.0,
             )
@@ -133,10 +158,14 @@ class FakeVast(FakeVendorServer):
 
     def _search(self, body: dict[str, Any]) -> Reply:
         if self.quota_exceeded:
-            return json_reply(429, {
-                "success": False, "error": "search_quota_exceeded",
-                "msg": "You have exceeded your daily search quota.",
-            })
+            return json_reply(
+                429,
+                {
+                    "success": False,
+                    "error": "search_quota_exceeded",
+                    "msg": "You have exceeded your daily search quota.",
+                },
+            )
         rows = [r for r in self.offers.values() if _matches(r, body)]
         for field_name, direction in reversed(body.get("order") or []):
             rows.sort(key=_sort_key(str(field_name)), reverse=direction == "desc")
@@ -148,20 +177,39 @@ class FakeVast(FakeVendorServer):
     def _create(self, offer_id: str, body: dict[str, Any]) -> Reply:
         offer = self.offers.pop(offer_id, None)
         if offer is None:
-            return json_reply(404, {
-                "success": False, "error": "no_such_ask",
-                "msg": f"Instance type by id {offer_id} is not available.",
-            })
+            return json_reply(
+                404,
+                {
+                    "success": False,
+                    "error": "no_such_ask",
+                    "msg": f"Instance type by id {offer_id} is not available.",
+                },
+            )
         iid = str(next(self._ids))
         self.instances[iid] = {
-            "id": int(iid), "machine_id": offer.get("machine_id"), "host_id": offer.get("host_id"),
-            "label": body.get("label"), "image_uuid": body.get("image"), "disk_space": body.get("disk"),
-            "env": body.get("env"), "onstart": body.get("onstart"), "gpu_name": offer.get("gpu_name"),
-            "num_gpus": offer.get("num_gpus"), "gpu_ram": offer.get("gpu_ram"),
-            "dph_total": offer.get("dph_total"), "storage_cost": offer.get("storage_cost"),
-            "actual_status": None, "intended_status": "running", "cur_state": "running",
-            "status_msg": None, "ssh_host": f"ssh{int(iid) % 9}.vast.ai", "ssh_port": 20000 + int(iid) % 10000,
-            "public_ipaddr": None, "ports": {}, "gpu_util": None, "start_date": time.time(),
+            "id": int(iid),
+            "machine_id": offer.get("machine_id"),
+            "host_id": offer.get("host_id"),
+            "label": body.get("label"),
+            "image_uuid": body.get("image"),
+            "disk_space": body.get("disk"),
+            "env": body.get("env"),
+            "onstart": body.get("onstart"),
+            "gpu_name": offer.get("gpu_name"),
+            "num_gpus": offer.get("num_gpus"),
+            "gpu_ram": offer.get("gpu_ram"),
+            "dph_total": offer.get("dph_total"),
+            "storage_cost": offer.get("storage_cost"),
+            "actual_status": None,
+            "intended_status": "running",
+            "cur_state": "running",
+            "status_msg": None,
+            "ssh_host": f"ssh{int(iid) % 9}.vast.ai",
+            "ssh_port": 20000 + int(iid) % 10000,
+            "public_ipaddr": None,
+            "ports": {},
+            "gpu_util": None,
+            "start_date": time.time(),
         }
         return json_reply(200, {"success": True, "new_contract": int(iid)})
 
@@ -171,8 +219,12 @@ class FakeVast(FakeVendorServer):
             if rec is None:
                 return _no_instance(iid) if self.gone_as_404 else json_reply(200, {"instances": None})
             self._reads[iid] = self._reads.get(iid, 0) + 1
-            if self.auto_boot_after_reads is not None and rec.get("actual_status") != "running" \
-                    and rec.get("intended_status") == "running" and self._reads[iid] > self.auto_boot_after_reads:
+            if (
+                self.auto_boot_after_reads is not None
+                and rec.get("actual_status") != "running"
+                and rec.get("intended_status") == "running"
+                and self._reads[iid] > self.auto_boot_after_reads
+            ):
                 self.boot(iid)
             return json_reply(200, {"instances": dict(rec)})
         if rec is None:
@@ -182,11 +234,18 @@ class FakeVast(FakeVendorServer):
             return json_reply(200, {"success": True})
         if method == "PUT":
             if body.get("state") == "stopped":
-                rec.update(intended_status="stopped", cur_state="stopped", actual_status="exited",
-                           ports={}, gpu_util=None, status_msg="stopped by user")
+                rec.update(
+                    intended_status="stopped",
+                    cur_state="stopped",
+                    actual_status="exited",
+                    ports={},
+                    gpu_util=None,
+                    status_msg="stopped by user",
+                )
             elif body.get("state") == "running":
-                rec.update(intended_status="running", cur_state="running", actual_status="loading",
-                           status_msg="starting")
+                rec.update(
+                    intended_status="running", cur_state="running", actual_status="loading", status_msg="starting"
+                )
             if "label" in body:
                 rec["label"] = body["label"]
             return json_reply(200, {"success": True})

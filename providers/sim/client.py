@@ -36,7 +36,9 @@ class SimClientMarket:
         self.url = url.rstrip("/")
         self._http = httpx.Client(base_url=self.url, timeout=timeout_s)
 
-    def _call(self, method: str, path: str, json: dict[str, Any] | None = None, params: dict[str, str] | None = None) -> Any:
+    def _call(
+        self, method: str, path: str, json: dict[str, Any] | None = None, params: dict[str, str] | None = None
+    ) -> Any:
         try:
             r = self._http.request(method, path, json=json, params=params)
         except httpx.TransportError as exc:

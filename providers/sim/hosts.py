@@ -29,8 +29,14 @@ PROJECT_ROOT = Path(__file__).resolve().parents[2]
 class SshdHostRuntime:
     """Starts an sshd when a sim host becomes reachable and stops it when it is not."""
 
-    def __init__(self, root: Path, *, clock_info: dict[str, float] | None = None,
-                 train_step_s: float | None = None, train_start_s: float | None = None) -> None:
+    def __init__(
+        self,
+        root: Path,
+        *,
+        clock_info: dict[str, float] | None = None,
+        train_step_s: float | None = None,
+        train_start_s: float | None = None,
+    ) -> None:
         self.root = Path(root)
         self.clock_info = clock_info
         self.train_step_s = train_step_s

@@ -38,9 +38,11 @@ FATAL_STATUSES = (
     "process caused: process_linux.go:545: container init caused: Running hook #0:: error running hook: "
     "exit status 1, stdout: , stderr: nvidia-container-cli: requirement error: unsatisfied condition: cuda>=12.4",
     "failed to register layer: write /opt/conda/lib/libcudnn_engines_precompiled.so.9: no space left on device",
-    "Error response from daemon: error while creating mount source path '/var/lib/vastai_kaalia/data': mkdir: permission denied",
+    "Error response from daemon: error while creating mount source path '/var/lib/vastai_kaalia/data': "
+    "mkdir: permission denied",
     "Error: failed to pull image: unexpected EOF",
-    "docker: Error response from daemon: failed to create endpoint on network bridge: failed to add the host pair interfaces: operation not supported",
+    "docker: Error response from daemon: failed to create endpoint on network bridge: failed to add the host "
+    "pair interfaces: operation not supported",
 )
 GPUS = (  # name, vram, dph range, weight
     ("RTX 3090", 24, (0.09, 0.26), 5),
@@ -68,26 +70,58 @@ def _dump(trace: dict[str, Any]) -> str:
 
 def smoke() -> dict[str, Any]:
     """Four hosts, a 3 GB pull that takes 60 s at 400 Mb/s: quick under a scaled clock."""
+
     def offer(dph: float) -> dict[str, Any]:
-        return {"gpu_name": "RTX 3090", "num_gpus": 1, "gpu_ram_gb": 24, "dph": dph,
-                "storage_per_gb_month": 0.15, "inet_down_per_gb": 0.0, "inet_down_mbps": 800,
-                "reliability": 0.995, "cuda_max": "12.4"}
+        return {
+            "gpu_name": "RTX 3090",
+            "num_gpus": 1,
+            "gpu_ram_gb": 24,
+            "dph": dph,
+            "storage_per_gb_month": 0.15,
+            "inet_down_per_gb": 0.0,
+            "inet_down_mbps": 800,
+            "reliability": 0.995,
+            "cuda_max": "12.4",
+        }
+
     return {
         "format": TRACE_FORMAT,
         "name": "smoke",
         "description": "a frozen pull, a fatal pull, a stale driver, a healthy host; duds cheapest first",
-        "workload": {"jobs": 1, "image_gb": 2, "model_gb": 1, "train_seconds": 120,
-                     "checkpoint_every_s": 60, "disk_gb": 20, "budget_usd": 5.0},
+        "workload": {
+            "jobs": 1,
+            "image_gb": 2,
+            "model_gb": 1,
+            "train_seconds": 120,
+            "checkpoint_every_s": 60,
+            "disk_gb": 20,
+            "budget_usd": 5.0,
+        },
         "hosts": [
-            {"machine_id": "m-frozen", "note": "status line freezes mid-pull at 25 s",
-             "offer": offer(0.10), "truth": {"pull_mbps": 400, "status_every_s": 10, "freeze_at_s": 25}},
-            {"machine_id": "m-fatal", "note": "OCI runtime error at 20 s",
-             "offer": offer(0.11), "truth": {"pull_mbps": 400, "status_every_s": 10, "fatal_at_s": 20,
-                                              "fatal_status": OCI_NVML}},
-            {"machine_id": "m-stale", "note": "boots, nvidia-smi fine, any CUDA op fails",
-             "offer": offer(0.12), "truth": {"pull_mbps": 400, "status_every_s": 10, "computes": False}},
-            {"machine_id": "m-good", "note": "healthy",
-             "offer": offer(0.14), "truth": {"pull_mbps": 400, "status_every_s": 10}},
+            {
+                "machine_id": "m-frozen",
+                "note": "status line freezes mid-pull at 25 s",
+                "offer": offer(0.10),
+                "truth": {"pull_mbps": 400, "status_every_s": 10, "freeze_at_s": 25},
+            },
+            {
+                "machine_id": "m-fatal",
+                "note": "OCI runtime error at 20 s",
+                "offer": offer(0.11),
+                "truth": {"pull_mbps": 400, "status_every_s": 10, "fatal_at_s": 20, "fatal_status": OCI_NVML},
+            },
+            {
+                "machine_id": "m-stale",
+                "note": "boots, nvidia-smi fine, any CUDA op fails",
+                "offer": offer(0.12),
+                "truth": {"pull_mbps": 400, "status_every_s": 10, "computes": False},
+            },
+            {
+                "machine_id": "m-good",
+                "note": "healthy",
+                "offer": offer(0.14),
+                "truth": {"pull_mbps": 400, "status_every_s": 10},
+            },
         ],
     }
 
@@ -96,26 +130,63 @@ def proof() -> dict[str, Any]:
     """Two jobs meet a frozen pull, a stale driver and a healthy host that vanishes mid-training:
     small enough to run through the real-time fleet in a few minutes, so that both drivers'
     receipts can be compared (`sim campaign --driver celery`)."""
+
     def offer(dph: float) -> dict[str, Any]:
-        return {"gpu_name": "RTX 3090", "num_gpus": 1, "gpu_ram_gb": 24, "dph": dph,
-                "storage_per_gb_month": 0.15, "inet_down_per_gb": 0.0, "inet_down_mbps": 800,
-                "reliability": 0.995, "cuda_max": "12.4"}
+        return {
+            "gpu_name": "RTX 3090",
+            "num_gpus": 1,
+            "gpu_ram_gb": 24,
+            "dph": dph,
+            "storage_per_gb_month": 0.15,
+            "inet_down_per_gb": 0.0,
+            "inet_down_mbps": 800,
+            "reliability": 0.995,
+            "cuda_max": "12.4",
+        }
+
     truth = {"pull_mbps": 400, "status_every_s": 10}
     return {
         "format": TRACE_FORMAT,
         "name": "proof",
-        "description": "two jobs; a frozen pull, a stale driver, a host that vanishes mid-training; healthy hosts after",
-        "workload": {"jobs": 2, "image_gb": 2, "model_gb": 1, "train_seconds": 240,
-                     "checkpoint_every_s": 60, "disk_gb": 20, "budget_usd": 5.0},
+        "description": "two jobs; a frozen pull, a stale driver, a host that vanishes mid-training; "
+        "healthy hosts after",
+        "workload": {
+            "jobs": 2,
+            "image_gb": 2,
+            "model_gb": 1,
+            "train_seconds": 240,
+            "checkpoint_every_s": 60,
+            "disk_gb": 20,
+            "budget_usd": 5.0,
+        },
         "hosts": [
-            {"machine_id": "m-frozen", "note": "status line freezes mid-pull at 25 s",
-             "offer": offer(0.10), "truth": {**truth, "freeze_at_s": 25}},
-            {"machine_id": "m-stale", "note": "boots, nvidia-smi fine, any CUDA op fails",
-             "offer": offer(0.11), "truth": {**truth, "computes": False}},
-            {"machine_id": "m-vanish", "note": "healthy, vanishes 150 s after its pull",
-             "offer": offer(0.12), "truth": {**truth, "dies_at_s": 210}},
-            *({"machine_id": f"m-good-{i}", "note": "healthy", "offer": offer(round(0.13 + 0.01 * i, 2)),
-               "truth": dict(truth)} for i in range(1, 9)),
+            {
+                "machine_id": "m-frozen",
+                "note": "status line freezes mid-pull at 25 s",
+                "offer": offer(0.10),
+                "truth": {**truth, "freeze_at_s": 25},
+            },
+            {
+                "machine_id": "m-stale",
+                "note": "boots, nvidia-smi fine, any CUDA op fails",
+                "offer": offer(0.11),
+                "truth": {**truth, "computes": False},
+            },
+            {
+                "machine_id": "m-vanish",
+                "note": "healthy, vanishes 150 s after its pull",
+                "offer": offer(0.12),
+                "truth": {**truth, "dies_at_s": 210},
+            },
+            *(
+                {
+                    "machine_id": f"m-good-{i}",
+                    "note": "healthy",
+                    "offer": offer(round(0.13 + 0.01 * i, 2)),
+                    "truth": dict(truth),
+                }
+                for i in range(1, 9)
+            ),
         ],
     }
 
@@ -178,11 +249,25 @@ def marketplace(seed: int = 20250711) -> dict[str, Any]:
     """100 hosts: 62 never deliver a working GPU (the measured count), the rest do (some slowly,
     some report only every 2-3 minutes, a few die or hang mid-run)."""
     rng = random.Random(seed)
-    workload: dict[str, Any] = {"jobs": 5, "image_gb": 8, "model_gb": 15, "train_seconds": 1140,
-                "checkpoint_every_s": 300, "disk_gb": 60, "budget_usd": 25.0}
+    workload: dict[str, Any] = {
+        "jobs": 5,
+        "image_gb": 8,
+        "model_gb": 15,
+        "train_seconds": 1140,
+        "checkpoint_every_s": 300,
+        "disk_gb": 60,
+        "budget_usd": 25.0,
+    }
     download_gb = workload["image_gb"] + workload["model_gb"]
-    duds = (["freeze"] * 18 + ["fatal"] * 14 + ["stale_driver"] * 12 + ["vram_short"] * 6
-            + ["wrong_gpu"] * 4 + ["throttled"] * 3 + ["vanished_boot"] * 5)
+    duds = (
+        ["freeze"] * 18
+        + ["fatal"] * 14
+        + ["stale_driver"] * 12
+        + ["vram_short"] * 6
+        + ["wrong_gpu"] * 4
+        + ["throttled"] * 3
+        + ["vanished_boot"] * 5
+    )
     assert len(duds) == 62
     goods = ["ok"] * 24 + ["slow"] * 6 + ["dies_mid_run"] * 6 + ["hangs_mid_run"] * 2
     kinds = duds + goods
@@ -200,7 +285,9 @@ def marketplace(seed: int = 20250711) -> dict[str, Any]:
                 truth["hangs_at_s"] = round(pull + rng.uniform(120, 900))
         else:
             truth = _dud(rng, kind, offer, download_gb)
-        hosts.append({"machine_id": f"m-{1000 + i * 7 + rng.randrange(7)}", "note": kind, "offer": offer, "truth": truth})
+        hosts.append(
+            {"machine_id": f"m-{1000 + i * 7 + rng.randrange(7)}", "note": kind, "offer": offer, "truth": truth}
+        )
     # the one the article names: a 3090 throttled 22% with a perfect reliability score
     star = next(h for h in hosts if h["note"] == "ok" and h["offer"]["gpu_name"] == "RTX 3090")
     star["note"] = "throttled"
@@ -210,20 +297,38 @@ def marketplace(seed: int = 20250711) -> dict[str, Any]:
     spare = next(h for h in hosts if h["note"] == "throttled" and h is not star)
     spare["note"] = "ok"
     spare["truth"].pop("tflops_factor")
-    return {"format": TRACE_FORMAT, "name": "marketplace",
-            "description": "100 hosts shaped like 18 measured days: 62 never deliver a working GPU",
-            "workload": workload, "hosts": hosts}
+    return {
+        "format": TRACE_FORMAT,
+        "name": "marketplace",
+        "description": "100 hosts shaped like 18 measured days: 62 never deliver a working GPU",
+        "workload": workload,
+        "hosts": hosts,
+    }
 
 
 def adversarial(seed: int = 4242) -> dict[str, Any]:
     """40 hosts; the 24 cheapest are duds with perfect reliability; healthy hosts cost more and
     a third of them report status only every 2-3 minutes (an over-eager freeze detector kills them)."""
     rng = random.Random(seed)
-    workload: dict[str, Any] = {"jobs": 4, "image_gb": 8, "model_gb": 15, "train_seconds": 900,
-                "checkpoint_every_s": 300, "disk_gb": 60, "budget_usd": 20.0}
+    workload: dict[str, Any] = {
+        "jobs": 4,
+        "image_gb": 8,
+        "model_gb": 15,
+        "train_seconds": 900,
+        "checkpoint_every_s": 300,
+        "disk_gb": 60,
+        "budget_usd": 20.0,
+    }
     download_gb = workload["image_gb"] + workload["model_gb"]
-    dud_kinds = (["freeze"] * 6 + ["fatal"] * 5 + ["stale_driver"] * 5 + ["vram_short"] * 2
-                 + ["wrong_gpu"] * 2 + ["throttled"] * 2 + ["vanished_boot"] * 2)
+    dud_kinds = (
+        ["freeze"] * 6
+        + ["fatal"] * 5
+        + ["stale_driver"] * 5
+        + ["vram_short"] * 2
+        + ["wrong_gpu"] * 2
+        + ["throttled"] * 2
+        + ["vanished_boot"] * 2
+    )
     hosts = []
     for i, kind in enumerate(dud_kinds):
         offer = _offer(rng, cheap=True, reliability=1.0)
@@ -242,13 +347,18 @@ def adversarial(seed: int = 4242) -> dict[str, Any]:
             truth["status_every_s"] = rng.choice((120, 150, 180))
         hosts.append({"machine_id": f"a-{200 + j}", "note": "ok" if j % 5 else "slow", "offer": offer, "truth": truth})
     rng.shuffle(hosts)
-    return {"format": TRACE_FORMAT, "name": "adversarial",
-            "description": "duds are the cheapest offers, with perfect reliability scores",
-            "workload": workload, "hosts": hosts}
+    return {
+        "format": TRACE_FORMAT,
+        "name": "adversarial",
+        "description": "duds are the cheapest offers, with perfect reliability scores",
+        "workload": workload,
+        "hosts": hosts,
+    }
 
 
-def _mid_run(name: str, description: str, *, seed: int, duds: list[str], goods: list[str],
-             workload: dict[str, Any]) -> dict[str, Any]:
+def _mid_run(
+    name: str, description: str, *, seed: int, duds: list[str], goods: list[str], workload: dict[str, Any]
+) -> dict[str, Any]:
     """Marketplace-shaped hosts (same offers, duds and cadences) with mid-run failures."""
     rng = random.Random(seed)
     download_gb = workload["image_gb"] + workload["model_gb"]
@@ -266,8 +376,9 @@ def _mid_run(name: str, description: str, *, seed: int, duds: list[str], goods: 
                 truth["hangs_at_s"] = round(pull + rng.uniform(200, 0.8 * workload["train_seconds"]))
         else:
             truth = _dud(rng, kind, offer, download_gb)
-        hosts.append({"machine_id": f"{name[0]}-{2000 + i * 7 + rng.randrange(7)}", "note": kind, "offer": offer,
-                      "truth": truth})
+        hosts.append(
+            {"machine_id": f"{name[0]}-{2000 + i * 7 + rng.randrange(7)}", "note": kind, "offer": offer, "truth": truth}
+        )
     return {"format": TRACE_FORMAT, "name": name, "description": description, "workload": workload, "hosts": hosts}
 
 
@@ -275,23 +386,56 @@ def recovery(seed: int = 7007) -> dict[str, Any]:
     """40 hosts: 14 duds of the marketplace's kinds, 14 healthy, 12 that vanish during training."""
     duds = ["freeze"] * 4 + ["fatal"] * 4 + ["stale_driver"] * 3 + ["vram_short", "wrong_gpu", "vanished_boot"]
     goods = ["ok"] * 14 + ["dies_mid_run"] * 12
-    workload = {"jobs": 4, "image_gb": 8, "model_gb": 15, "train_seconds": 2400, "checkpoint_every_s": 300,
-                "disk_gb": 60, "budget_usd": 20.0}
-    return _mid_run("recovery", "hosts vanish during training (dies_at_s after the pull) among marketplace duds",
-                    seed=seed, duds=duds, goods=goods, workload=workload)
+    workload = {
+        "jobs": 4,
+        "image_gb": 8,
+        "model_gb": 15,
+        "train_seconds": 2400,
+        "checkpoint_every_s": 300,
+        "disk_gb": 60,
+        "budget_usd": 20.0,
+    }
+    return _mid_run(
+        "recovery",
+        "hosts vanish during training (dies_at_s after the pull) among marketplace duds",
+        seed=seed,
+        duds=duds,
+        goods=goods,
+        workload=workload,
+    )
 
 
 def hangs(seed: int = 2) -> dict[str, Any]:
     """30 hosts: 10 duds of the marketplace's kinds, 12 healthy, 8 whose trainer hangs mid-run."""
     duds = ["freeze"] * 3 + ["fatal"] * 3 + ["stale_driver"] * 2 + ["vram_short", "throttled"]
     goods = ["ok"] * 12 + ["hangs_mid_run"] * 8
-    workload = {"jobs": 3, "image_gb": 8, "model_gb": 15, "train_seconds": 1800, "checkpoint_every_s": 300,
-                "disk_gb": 60, "budget_usd": 15.0}
-    return _mid_run("hangs", "trainers hang during training (hangs_at_s after the pull) among marketplace duds",
-                    seed=seed, duds=duds, goods=goods, workload=workload)
+    workload = {
+        "jobs": 3,
+        "image_gb": 8,
+        "model_gb": 15,
+        "train_seconds": 1800,
+        "checkpoint_every_s": 300,
+        "disk_gb": 60,
+        "budget_usd": 15.0,
+    }
+    return _mid_run(
+        "hangs",
+        "trainers hang during training (hangs_at_s after the pull) among marketplace duds",
+        seed=seed,
+        duds=duds,
+        goods=goods,
+        workload=workload,
+    )
 
 
-TRACES = {"smoke": smoke, "proof": proof, "marketplace": marketplace, "adversarial": adversarial, "recovery": recovery, "hangs": hangs}
+TRACES = {
+    "smoke": smoke,
+    "proof": proof,
+    "marketplace": marketplace,
+    "adversarial": adversarial,
+    "recovery": recovery,
+    "hangs": hangs,
+}
 
 
 def main(argv: list[str] | None = None) -> int:

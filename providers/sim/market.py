@@ -196,8 +196,16 @@ class SimMarket:
                 self._sync_one(inst, self.clock.now())
             if inst is None:
                 return Instance(
-                    provider=PROVIDER, instance_id=instance_id, machine_id=None, label=None, state="gone",
-                    status_line=None, ssh=None, gpu_util=None, dph_total=None, started_at=None,
+                    provider=PROVIDER,
+                    instance_id=instance_id,
+                    machine_id=None,
+                    label=None,
+                    state="gone",
+                    status_line=None,
+                    ssh=None,
+                    gpu_util=None,
+                    dph_total=None,
+                    started_at=None,
                 )
             return self._instance(inst, self.clock.now())
 
@@ -230,7 +238,9 @@ class SimMarket:
             inst = self._insts.get(instance_id)
             now = self.clock.now()
             if inst is None or inst.ended_at(now)[0] is not None:
-                raise ProviderError(f"instance {instance_id} is gone and cannot be started", provider=PROVIDER, status_code=404)
+                raise ProviderError(
+                    f"instance {instance_id} is gone and cannot be started", provider=PROVIDER, status_code=404
+                )
             if not inst.stopped:
                 return
             inst.stopped = False

@@ -58,8 +58,9 @@ class SimServer:
         self.clock = clock or ScaledClock.starting_now(scale)
         self._own_root = root is None
         self.root = Path(root) if root is not None else Path(tempfile.mkdtemp(prefix="tuneharness-sim-"))
-        self.runtime = SshdHostRuntime(self.root / "hosts", clock_info=self.clock.to_dict(), train_step_s=train_step_s,
-                                       train_start_s=train_start_s)
+        self.runtime = SshdHostRuntime(
+            self.root / "hosts", clock_info=self.clock.to_dict(), train_step_s=train_step_s, train_start_s=train_start_s
+        )
         self._wake = threading.Event()
         self._stopping = threading.Event()
         self.market = SimMarket(trace, self.clock, runtime=self.runtime, on_change=self._wake.set)
@@ -162,13 +163,16 @@ def _handler_for(server: SimServer) -> type[BaseHTTPRequestHandler]:
                 raise KeyError(self.path)
             rest = parts[1:]
             if method == "GET" and rest == ["health"]:
-                self._send(200, {
-                    "ok": True,
-                    "trace": server.trace.name,
-                    "hosts": len(server.trace.hosts),
-                    "clock": server.clock.to_dict(),
-                    "now": server.clock.now(),
-                })
+                self._send(
+                    200,
+                    {
+                        "ok": True,
+                        "trace": server.trace.name,
+                        "hosts": len(server.trace.hosts),
+                        "clock": server.clock.to_dict(),
+                        "now": server.clock.now(),
+                    },
+                )
             elif method == "POST" and rest == ["offers", "search"]:
                 offers = market.search_offers(query_from_json(self._body()))
                 self._send(200, {"offers": [offer_to_json(o) for o in offers]})

@@ -24,7 +24,11 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 __all__ = ["SSHD_PATH", "Sshd", "SshdError"]
 
 SSHD_PATH = "/usr/sbin/sshd"
-SFTP_SERVER_CANDIDATES = ("/usr/lib/openssh/sftp-server", "/usr/libexec/openssh/sftp-server", "/usr/libexec/sftp-server")
+SFTP_SERVER_CANDIDATES = (
+    "/usr/lib/openssh/sftp-server",
+    "/usr/libexec/openssh/sftp-server",
+    "/usr/libexec/sftp-server",
+)
 
 
 class SshdError(RuntimeError):
@@ -102,7 +106,9 @@ class Sshd:
     def host_public_key(self) -> str:
         """The host key as an OpenSSH public key line (`ssh-ed25519 AAAA...`)."""
         key = serialization.load_ssh_private_key(self.host_key_path.read_bytes(), password=None)
-        return key.public_key().public_bytes(serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH).decode()
+        return (
+            key.public_key().public_bytes(serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH).decode()
+        )
 
     @property
     def running(self) -> bool:

@@ -158,9 +158,7 @@ class _Checker:
     def no_unknown(self, data: Mapping[str, Any], allowed: tuple[str, ...], where: str) -> None:
         for key in data:
             if key not in allowed:
-                raise self.fail(
-                    f"{where}.{key}", "unknown field", f"remove it or use one of: {', '.join(allowed)}"
-                )
+                raise self.fail(f"{where}.{key}", "unknown field", f"remove it or use one of: {', '.join(allowed)}")
 
     def number(
         self,
@@ -185,9 +183,13 @@ class _Checker:
         if positive and v <= 0:
             raise self.fail(f"{where}.{key}", f"must be > 0, got {_show(value)}", "use a positive number")
         if minimum is not None and v < minimum:
-            raise self.fail(f"{where}.{key}", f"must be >= {minimum:g}, got {_show(value)}", f"use a number >= {minimum:g}")
+            raise self.fail(
+                f"{where}.{key}", f"must be >= {minimum:g}, got {_show(value)}", f"use a number >= {minimum:g}"
+            )
         if maximum is not None and v > maximum:
-            raise self.fail(f"{where}.{key}", f"must be <= {maximum:g}, got {_show(value)}", f"use a number <= {maximum:g}")
+            raise self.fail(
+                f"{where}.{key}", f"must be <= {maximum:g}, got {_show(value)}", f"use a number <= {maximum:g}"
+            )
         return v
 
     def req_number(self, data: Mapping[str, Any], key: str, where: str, **kw: Any) -> float:
@@ -341,7 +343,9 @@ def _parse_host(c: _Checker, i: int, raw: Any, seen: dict[str, int]) -> HostSpec
     if fatal_at is not None and fatal_status is None:
         raise c.fail(f"{tw}.fatal_status", "is required when fatal_at_s is set", "give the fatal status line text")
     if fatal_status is not None and fatal_at is None:
-        raise c.fail(f"{tw}.fatal_at_s", "is required when fatal_status is set", "give the instant in seconds after create")
+        raise c.fail(
+            f"{tw}.fatal_at_s", "is required when fatal_status is set", "give the instant in seconds after create"
+        )
     truth = HostTruth(
         pull_mbps=c.number(t, "pull_mbps", tw, default=offer.inet_down_mbps or DEFAULT_PULL_MBPS, positive=True)
         or DEFAULT_PULL_MBPS,

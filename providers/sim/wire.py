@@ -26,8 +26,18 @@ __all__ = [
 ]
 
 _OFFER_FIELDS = (
-    "provider", "offer_id", "machine_id", "gpu_name", "num_gpus", "gpu_ram_gb", "dph_total",
-    "storage_per_gb_month", "inet_down_per_gb", "inet_down_mbps", "reliability", "cuda_max",
+    "provider",
+    "offer_id",
+    "machine_id",
+    "gpu_name",
+    "num_gpus",
+    "gpu_ram_gb",
+    "dph_total",
+    "storage_per_gb_month",
+    "inet_down_per_gb",
+    "inet_down_mbps",
+    "reliability",
+    "cuda_max",
 )
 
 

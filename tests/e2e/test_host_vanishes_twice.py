@@ -51,15 +51,39 @@ budget_usd: 5.0
 
 def _trace(path: Path) -> Path:
     """Five healthy RTX 3090 hosts (three are needed) with a 3-second (simulated) pull."""
-    offer = {"gpu_name": "RTX 3090", "num_gpus": 1, "gpu_ram_gb": 24, "storage_per_gb_month": 0.15,
-             "inet_down_per_gb": 0.0, "inet_down_mbps": 800, "reliability": 0.995, "cuda_max": "12.4"}
-    hosts = [{"machine_id": f"m-{i}", "offer": {**offer, "dph": 0.10 + 0.01 * i}, "truth": {"status_every_s": 10}}
-             for i in range(5)]
-    path.write_text(json.dumps({
-        "format": "tuneharness-market-trace/1", "name": "vanish", "description": "healthy hosts for recovery",
-        "workload": {"jobs": 1, "image_gb": 0.2, "model_gb": 0.1, "train_seconds": 120, "checkpoint_every_s": 60,
-                     "disk_gb": 20, "budget_usd": 5.0},
-        "hosts": hosts}))
+    offer = {
+        "gpu_name": "RTX 3090",
+        "num_gpus": 1,
+        "gpu_ram_gb": 24,
+        "storage_per_gb_month": 0.15,
+        "inet_down_per_gb": 0.0,
+        "inet_down_mbps": 800,
+        "reliability": 0.995,
+        "cuda_max": "12.4",
+    }
+    hosts = [
+        {"machine_id": f"m-{i}", "offer": {**offer, "dph": 0.10 + 0.01 * i}, "truth": {"status_every_s": 10}}
+        for i in range(5)
+    ]
+    path.write_text(
+        json.dumps(
+            {
+                "format": "tuneharness-market-trace/1",
+                "name": "vanish",
+                "description": "healthy hosts for recovery",
+                "workload": {
+                    "jobs": 1,
+                    "image_gb": 0.2,
+                    "model_gb": 0.1,
+                    "train_seconds": 120,
+                    "checkpoint_every_s": 60,
+                    "disk_gb": 20,
+                    "budget_usd": 5.0,
+                },
+                "hosts": hosts,
+            }
+        )
+    )
     return path
 
 
@@ -102,26 +126,59 @@ def test_a_job_survives_its_host_vanishing_twice_and_ends_bit_identical(th_env: 
     (ref / "base_model").symlink_to(tmp_path / "model")
     (ref / "data" / "train.jsonl").write_text((tmp_path / "train.jsonl").read_text())
     (ref / "job.json").write_text(json.dumps(dict(bundle.job_json)))
-    reference = subprocess.Popen([sys.executable, "-m", "trainer", "run", "--job-dir", str(ref)], cwd=ROOT,
-                                 env={**th_env}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    reference = subprocess.Popen(
+        [sys.executable, "-m", "trainer", "run", "--job-dir", str(ref)],
+        cwd=ROOT,
+        env={**th_env},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
 
     sim_root = tmp_path / "sim"
     url_file = tmp_path / "sim-url"
     server = subprocess.Popen(
-        [sys.executable, "-m", "app.cli.main", "sim", "serve", "--trace", str(_trace(tmp_path / "trace.json")),
-         "--scale", str(SCALE), "--root", str(sim_root), "--url-file", str(url_file)],
-        cwd=ROOT, env=th_env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        [
+            sys.executable,
+            "-m",
+            "app.cli.main",
+            "sim",
+            "serve",
+            "--trace",
+            str(_trace(tmp_path / "trace.json")),
+            "--scale",
+            str(SCALE),
+            "--root",
+            str(sim_root),
+            "--url-file",
+            str(url_file),
+        ],
+        cwd=ROOT,
+        env=th_env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
     )
     worker = None
     try:
         assert wait_until(lambda: url_file.exists() or server.poll() is not None, timeout_s=60)
         assert server.poll() is None
         url = url_file.read_text().strip()
-        env = {**th_env, "TUNEHARNESS_SIM_URL": url, "TUNEHARNESS_MONITOR_S": "5", "TUNEHARNESS_REPOLL_S": "3",
-               "TUNEHARNESS_SLICE_STEPS": str(SLICE_STEPS)}
+        env = {
+            **th_env,
+            "TUNEHARNESS_SIM_URL": url,
+            "TUNEHARNESS_MONITOR_S": "5",
+            "TUNEHARNESS_REPOLL_S": "3",
+            "TUNEHARNESS_SLICE_STEPS": str(SLICE_STEPS),
+        }
         worker = CeleryWorker.start(env, cwd=ROOT, concurrency=2, name="supervisor")
-        out = subprocess.run([sys.executable, "-m", "app.cli.main", "submit", str(tmp_path / "job.yaml")],
-                             cwd=ROOT, env=env, capture_output=True, text=True, timeout=120, check=False)
+        out = subprocess.run(
+            [sys.executable, "-m", "app.cli.main", "submit", str(tmp_path / "job.yaml")],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
         assert out.returncode == 0, out.stderr
         job_id = out.stdout.strip()
         engine = make_engine(f"sqlite:///{Path(th_env['TUNEHARNESS_HOME']) / 'tuneharness.db'}")
@@ -211,16 +268,25 @@ def test_a_job_survives_its_host_vanishing_twice_and_ends_bit_identical(th_env: 
         assert all(not rentals.by_instance("sim", e.instance).held_work for e in destroyed), destroyed  # type: ignore[union-attr]
         trained = {e.instance for e in events("training_started")}
         assert not trained & {e.instance for e in destroyed}
-        status = subprocess.run([sys.executable, "-m", "app.cli.main", "status", "--json"], cwd=ROOT, env=env,
-                                capture_output=True, text=True, timeout=120, check=False)
+        status = subprocess.run(
+            [sys.executable, "-m", "app.cli.main", "status", "--json"],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
         assert status.returncode == 0, status.stderr
         summary = json.loads(status.stdout)["interruptions"]
         assert summary["count"] == 2 and summary["resumed"] == 2 and summary["recovery_median_s"] is not None
-        print(f"wall {time.monotonic() - started:.1f}s; detection (sim s): "
-              f"{[round(e.payload['detected_at'] - destroyed_at[e.instance], 1) for e in lost]}; recoveries (sim s): "
-              f"{[round(r.payload['recovery_s'], 1) for r in recs]}; lost steps: "
-              f"{[k[1] - int(r.payload['resume_step']) for k, r in zip(killed, recs, strict=True)]}; "
-              f"adapter max abs diff {diff:.2e}")
+        print(
+            f"wall {time.monotonic() - started:.1f}s; detection (sim s): "
+            f"{[round(e.payload['detected_at'] - destroyed_at[e.instance], 1) for e in lost]}; recoveries (sim s): "
+            f"{[round(r.payload['recovery_s'], 1) for r in recs]}; lost steps: "
+            f"{[k[1] - int(r.payload['resume_step']) for k, r in zip(killed, recs, strict=True)]}; "
+            f"adapter max abs diff {diff:.2e}"
+        )
     finally:
         if reference.poll() is None:
             reference.kill()

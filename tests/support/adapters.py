@@ -26,22 +26,50 @@ def train_tiny_adapters(root: Path, seeds: tuple[int, ...] = (1, 2), *, steps: i
     `python -m trainer run` (`steps` optimizer steps each). Returns (base model, {seed: adapter})."""
     env = trainer_env()
     base = root / "tiny"
-    subprocess.run([sys.executable, "-c", "import sys; from trainer.tiny import write_tiny_causal_lm; "
-                    "write_tiny_causal_lm(sys.argv[1])", str(base)],
-                   env=env, cwd=REPO, check=True, capture_output=True, timeout=300)
+    subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys; from trainer.tiny import write_tiny_causal_lm; write_tiny_causal_lm(sys.argv[1])",
+            str(base),
+        ],
+        env=env,
+        cwd=REPO,
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
     rows = [{"prompt": f"w{i} x{i % 3} ->", "completion": f" x{i % 3}"} for i in range(16)]
     adapters: dict[int, Path] = {}
     for seed in seeds:
         job = root / f"job-seed-{seed}"
         (job / "data").mkdir(parents=True)
         (job / "data" / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-        (job / "job.json").write_text(json.dumps({
-            "base_model": str(base), "task": "causal_lm", "train_file": "data/train.jsonl", "max_steps": steps,
-            "checkpoint_every": steps, "seed": seed, "learning_rate": 1e-2, "batch_size": 4, "max_seq_len": 32,
-            "lora": {"r": 4, "alpha": 8, "target_modules": ["q_proj", "v_proj"]}, "quantization": "none",
-        }))
-        done = subprocess.run([sys.executable, "-m", "trainer", "run", "--job-dir", str(job)], env=env, cwd=REPO,
-                              capture_output=True, text=True, timeout=600)
+        (job / "job.json").write_text(
+            json.dumps(
+                {
+                    "base_model": str(base),
+                    "task": "causal_lm",
+                    "train_file": "data/train.jsonl",
+                    "max_steps": steps,
+                    "checkpoint_every": steps,
+                    "seed": seed,
+                    "learning_rate": 1e-2,
+                    "batch_size": 4,
+                    "max_seq_len": 32,
+                    "lora": {"r": 4, "alpha": 8, "target_modules": ["q_proj", "v_proj"]},
+                    "quantization": "none",
+                }
+            )
+        )
+        done = subprocess.run(
+            [sys.executable, "-m", "trainer", "run", "--job-dir", str(job)],
+            env=env,
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
         assert done.returncode == 0, done.stderr[-2000:]
         adapters[seed] = job / "adapter"
     return base, adapters

@@ -1,7 +1,8 @@
 """The fleet the Celery provisioning and recovery integration tests share: `sim serve` on a trace
-(for the recovery tests, one of identical RTX 3090 offers), a real Celery worker (provision, ssh, maintenance queues), a submitted job, and the
-commands a test drives it with (the CLI, the ledger, the supervisor's poll that finds the host
-gone). The trainer itself is the e2e test's business: the worker has no monitor queue."""
+(for the recovery tests, one of identical RTX 3090 offers), a real Celery worker (provision, ssh,
+maintenance queues), a submitted job, and the commands a test drives it with (the CLI, the ledger,
+the supervisor's poll that finds the host gone). The trainer itself is the e2e test's business:
+the worker has no monitor queue."""
 
 from __future__ import annotations
 
@@ -23,8 +24,10 @@ ROOT = Path(__file__).resolve().parents[3]
 OFFER = {"gpu_name": "RTX 3090", "num_gpus": 1, "gpu_ram_gb": 24, "inet_down_mbps": 800, "reliability": 0.995}
 TRUTH = {"pull_mbps": 400, "status_every_s": 10}
 
+
 def job_yaml(name: str, standby_hosts: int) -> str:
     return f"name: {name}\n{train_section('none')}" + sim_needs_section(standby_hosts=standby_hosts)
+
 
 # What `monitor_training` does on the poll that finds the host gone: the supervisor's own poll
 # (provider says gone -> host_lost -> the state machine re-queues) and the shell's scheduling
@@ -45,8 +48,14 @@ print(json.dumps(_schedule(step, sup.clock)))
 
 def hosts(n: int, *, truth_of: dict[int, dict[str, Any]] | None = None) -> list[dict[str, Any]]:
     """`n` healthy hosts m-0, m-1, ... priced 0.10, 0.11, ... (cheapest first); `truth_of` overrides some."""
-    return [{"machine_id": f"m-{i}", "offer": {**OFFER, "dph": round(0.10 + 0.01 * i, 2)},
-             "truth": {**TRUTH, **(truth_of or {}).get(i, {})}} for i in range(n)]
+    return [
+        {
+            "machine_id": f"m-{i}",
+            "offer": {**OFFER, "dph": round(0.10 + 0.01 * i, 2)},
+            "truth": {**TRUTH, **(truth_of or {}).get(i, {})},
+        }
+        for i in range(n)
+    ]
 
 
 @dataclass
@@ -56,8 +65,15 @@ class Fleet:
     job_id: str = ""
 
     def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "app.cli.main", *args], cwd=ROOT, env=self.env,
-                              capture_output=True, text=True, timeout=120, check=False)
+        return subprocess.run(
+            [sys.executable, "-m", "app.cli.main", *args],
+            cwd=ROOT,
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
 
     def log(self) -> str:
         return self.worker.log.read_text(errors="replace")[-4000:]
@@ -72,8 +88,15 @@ class Fleet:
 
     def python(self, code: str, *args: str) -> str:
         """Run `code` as a program in the fleet's environment; its stdout (it must exit 0)."""
-        done = subprocess.run([sys.executable, "-c", code, *args], cwd=ROOT, env=self.env,
-                              capture_output=True, text=True, timeout=120, check=False)
+        done = subprocess.run(
+            [sys.executable, "-c", code, *args],
+            cwd=ROOT,
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
         assert done.returncode == 0, done.stderr[-3000:]
         return done.stdout
 
@@ -83,15 +106,32 @@ class Fleet:
 
 
 @contextmanager
-def sim_fleet(th_env: dict[str, str], tmp_path: Path, *, trace: str, scale: float, name: str,
-              job_text: str) -> Iterator[Fleet]:
+def sim_fleet(
+    th_env: dict[str, str], tmp_path: Path, *, trace: str, scale: float, name: str, job_text: str
+) -> Iterator[Fleet]:
     """`sim serve` on `trace` (a file or a shipped trace's name), a worker on the provision, ssh
     and maintenance queues, and `job_text` submitted; everything stopped on the way out."""
     url_file = tmp_path / "sim-url"
     server = subprocess.Popen(
-        [sys.executable, "-m", "app.cli.main", "sim", "serve", "--trace", trace, "--scale", str(scale),
-         "--root", str(tmp_path / "sim"), "--url-file", str(url_file)],
-        cwd=ROOT, env=th_env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        [
+            sys.executable,
+            "-m",
+            "app.cli.main",
+            "sim",
+            "serve",
+            "--trace",
+            trace,
+            "--scale",
+            str(scale),
+            "--root",
+            str(tmp_path / "sim"),
+            "--url-file",
+            str(url_file),
+        ],
+        cwd=ROOT,
+        env=th_env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
     )
     worker = None
     try:
@@ -116,12 +156,28 @@ def sim_fleet(th_env: dict[str, str], tmp_path: Path, *, trace: str, scale: floa
 
 
 @contextmanager
-def recovery_fleet(th_env: dict[str, str], tmp_path: Path, trace_hosts: list[dict[str, Any]], *,
-                   name: str, scale: float, standby_hosts: int) -> Iterator[Fleet]:
+def recovery_fleet(
+    th_env: dict[str, str],
+    tmp_path: Path,
+    trace_hosts: list[dict[str, Any]],
+    *,
+    name: str,
+    scale: float,
+    standby_hosts: int,
+) -> Iterator[Fleet]:
     """Serve a trace of `trace_hosts`, start a worker, submit the job (`sim_fleet`)."""
     trace = tmp_path / "trace.json"
-    trace.write_text(json.dumps({"format": "tuneharness-market-trace/1", "name": name,
-                                 "workload": {"image_gb": 2, "model_gb": 1}, "hosts": trace_hosts}))
-    with sim_fleet(th_env, tmp_path, trace=str(trace), scale=scale, name=name,
-                   job_text=job_yaml(f"{name}-job", standby_hosts)) as fleet:
+    trace.write_text(
+        json.dumps(
+            {
+                "format": "tuneharness-market-trace/1",
+                "name": name,
+                "workload": {"image_gb": 2, "model_gb": 1},
+                "hosts": trace_hosts,
+            }
+        )
+    )
+    with sim_fleet(
+        th_env, tmp_path, trace=str(trace), scale=scale, name=name, job_text=job_yaml(f"{name}-job", standby_hosts)
+    ) as fleet:
         yield fleet

@@ -53,9 +53,23 @@ def start_redis(data_dir: Path) -> RedisServer:
 
     port = free_port()
     proc = subprocess.Popen(
-        ["redis-server", "--bind", "127.0.0.1", "--port", str(port), "--dir", str(data_dir),
-         "--save", "", "--appendonly", "no", "--maxmemory-policy", "noeviction"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        [
+            "redis-server",
+            "--bind",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--dir",
+            str(data_dir),
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--maxmemory-policy",
+            "noeviction",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
     )
     server = RedisServer(proc, port)
 
@@ -78,8 +92,16 @@ class CeleryWorker:
     env: Mapping[str, str]
 
     @classmethod
-    def start(cls, env: Mapping[str, str], *, cwd: Path, queues: str = "provision,ssh,monitor,evaluate,maintenance",
-              concurrency: int = 1, name: str | None = None, app: str = "workers.celery_app") -> CeleryWorker:
+    def start(
+        cls,
+        env: Mapping[str, str],
+        *,
+        cwd: Path,
+        queues: str = "provision,ssh,monitor,evaluate,maintenance",
+        concurrency: int = 1,
+        name: str | None = None,
+        app: str = "workers.celery_app",
+    ) -> CeleryWorker:
         """A worker on `app` (`support.rent_task` adds the test-only `rent` task to the product's app)."""
         log = Path(env["TUNEHARNESS_HOME"]) / f"worker-{name or os.getpid()}-{time.monotonic_ns()}.log"
         log.parent.mkdir(parents=True, exist_ok=True)
@@ -87,11 +109,32 @@ class CeleryWorker:
             env = {**env, "PYTHONPATH": os.pathsep.join([str(cwd / "tests"), env.get("PYTHONPATH", str(cwd))])}
         with log.open("wb") as fh:
             proc = subprocess.Popen(
-                [sys.executable, "-m", "celery", "-A", app, "worker", "-Q", queues,
-                 "--concurrency", str(concurrency), "--pool", "prefork", "--loglevel", "INFO",
-                 "-n", f"{name or 'test'}-{time.monotonic_ns()}@%h", "--without-heartbeat",
-                 "--without-gossip", "--without-mingle"],
-                env=dict(env), cwd=cwd, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True,
+                [
+                    sys.executable,
+                    "-m",
+                    "celery",
+                    "-A",
+                    app,
+                    "worker",
+                    "-Q",
+                    queues,
+                    "--concurrency",
+                    str(concurrency),
+                    "--pool",
+                    "prefork",
+                    "--loglevel",
+                    "INFO",
+                    "-n",
+                    f"{name or 'test'}-{time.monotonic_ns()}@%h",
+                    "--without-heartbeat",
+                    "--without-gossip",
+                    "--without-mingle",
+                ],
+                env=dict(env),
+                cwd=cwd,
+                stdout=fh,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
             )
         worker = cls(proc, log, env)
         if not wait_until(lambda: b"ready." in log.read_bytes() or proc.poll() is not None, timeout_s=60):

@@ -11,5 +11,12 @@ from app.services.provisioning.service import PreflightRunner, ProvisioningServi
 from app.services.provisioning.state import ProvisioningStateRow, StateStore
 from app.services.provisioning.types import HoldSweep, Step, StepBusy
 
-__all__ = ["HoldSweep", "PreflightRunner", "ProvisioningService", "ProvisioningStateRow", "StateStore", "Step",
-           "StepBusy"]
+__all__ = [
+    "HoldSweep",
+    "PreflightRunner",
+    "ProvisioningService",
+    "ProvisioningStateRow",
+    "StateStore",
+    "Step",
+    "StepBusy",
+]

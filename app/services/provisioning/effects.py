@@ -79,8 +79,11 @@ class StepEffects:
         # because the offer was taken (another job got there first) used up its number: without
         # skipping it, every later try would find that abandoned rental and the job would spin.
         # A standby job's rentals are its owner's, numbered from 1000 * n.
-        abandoned = [r for r in svc.rentals.all(states=("abandoned",), job=owner)
-                     if base < r.attempt < base + STANDBY_ATTEMPT_BASE]
+        abandoned = [
+            r
+            for r in svc.rentals.all(states=("abandoned",), job=owner)
+            if base < r.attempt < base + STANDBY_ATTEMPT_BASE
+        ]
         attempt = base + job.creates + 1 + len(abandoned)
         offer = act.offer
         reserve = reservation_usd(offer, job.shape, svc.cfg)
@@ -90,17 +93,42 @@ class StepEffects:
         caps = svc.rentals.budget.caps()
         budget_name = owner if owner in caps else "default"
         if budget_name not in caps:
-            why = (f"budget: no cap for job {owner} and no 'default' cap. Fix: give the job file a budget_usd, "
-                   "or tuneharness budget set default --cap-usd N")
-            svc.ledger.append(Event(kind="create_refused", job=owner, reason=why, payload=extra,
-                                    idempotency_key=f"refused:{rental_id}:{int(now)}"))
+            why = (
+                f"budget: no cap for job {owner} and no 'default' cap. Fix: give the job file a budget_usd, "
+                "or tuneharness budget set default --cap-usd N"
+            )
+            svc.ledger.append(
+                Event(
+                    kind="create_refused",
+                    job=owner,
+                    reason=why,
+                    payload=extra,
+                    idempotency_key=f"refused:{rental_id}:{int(now)}",
+                )
+            )
             return BudgetRefused(offer, cap=owner, detail=why)
         try:
-            svc.rentals.plan(job=owner, attempt=attempt, offer=offer, disk_gb=spec.disk_gb, ttl_s=svc.ttl_s,
-                             now=now, reserve_usd=reserve, budget_name=budget_name, spec=spec)
+            svc.rentals.plan(
+                job=owner,
+                attempt=attempt,
+                offer=offer,
+                disk_gb=spec.disk_gb,
+                ttl_s=svc.ttl_s,
+                now=now,
+                reserve_usd=reserve,
+                budget_name=budget_name,
+                spec=spec,
+            )
         except BudgetExceeded as exc:
-            svc.ledger.append(Event(kind="create_refused", job=owner, reason=str(exc), payload=extra,
-                                    idempotency_key=f"refused:{rental_id}:{int(now)}"))
+            svc.ledger.append(
+                Event(
+                    kind="create_refused",
+                    job=owner,
+                    reason=str(exc),
+                    payload=extra,
+                    idempotency_key=f"refused:{rental_id}:{int(now)}",
+                )
+            )
             return BudgetRefused(offer, cap=exc.budget, detail=str(exc))
         try:
             rental = svc.rentals.execute(rental_id, market=svc.market_for(offer.provider), spec=spec, now=now)
@@ -110,10 +138,19 @@ class StepEffects:
         except MarketError as exc:
             svc.rentals.abandon(rental_id, reason=f"provider refused: {exc}", now=now)
             return CreateResult(offer, None, str(exc))
-        svc.ledger.append(Event(kind="offer_chosen", job=owner, instance=rental.instance_id,
-                                provider=offer.provider, machine=offer.machine_id,
-                                rate_usd_per_hour=offer.dph_total, reason=act.why, payload=extra,
-                                idempotency_key=f"chosen:{rental_id}"))
+        svc.ledger.append(
+            Event(
+                kind="offer_chosen",
+                job=owner,
+                instance=rental.instance_id,
+                provider=offer.provider,
+                machine=offer.machine_id,
+                rate_usd_per_hour=offer.dph_total,
+                reason=act.why,
+                payload=extra,
+                idempotency_key=f"chosen:{rental_id}",
+            )
+        )
         return CreateResult(offer, rental.instance_id)
 
     # -- adoption -----------------------------------------------------------------------------
@@ -125,15 +162,26 @@ class StepEffects:
         if claimed is None:
             other = svc.pool.adopted_since(job.job_id, job.lost_at) if job.lost_at is not None else None
             if other is not None:
-                svc.ledger.append(Event(kind="adopt_skipped", job=svc.owner_of(job.job_id),
-                                        instance=act.held.instance_id,
-                                        reason=f"another step of this recovery already adopted {other.instance_id}",
-                                        payload={"provisioning_job": job.job_id, "adopted": other.instance_id}))
+                svc.ledger.append(
+                    Event(
+                        kind="adopt_skipped",
+                        job=svc.owner_of(job.job_id),
+                        instance=act.held.instance_id,
+                        reason=f"another step of this recovery already adopted {other.instance_id}",
+                        payload={"provisioning_job": job.job_id, "adopted": other.instance_id},
+                    )
+                )
                 raise StepYields(other.instance_id)
             self.ctx.restep = True
-            svc.ledger.append(Event(kind="adopt_lost", job=svc.owner_of(job.job_id), instance=act.held.instance_id,
-                                    reason="another job adopted the held host first; looking again",
-                                    payload={"provisioning_job": job.job_id}))
+            svc.ledger.append(
+                Event(
+                    kind="adopt_lost",
+                    job=svc.owner_of(job.job_id),
+                    instance=act.held.instance_id,
+                    reason="another job adopted the held host first; looking again",
+                    payload={"provisioning_job": job.job_id},
+                )
+            )
             return None
         rental = svc.rentals.get(claimed.rental_id)
         market = svc.market_for(claimed.provider)
@@ -144,20 +192,35 @@ class StepEffects:
             state = f"unknown ({exc})"
         if rental is None or rental.state != "active" or state != "running":
             self.ctx.restep = True
-            svc.holds.drop_held(claimed, rental, f"held host was {state} when adopted", now=now,
-                                from_states=("adopted",))
+            svc.holds.drop_held(
+                claimed, rental, f"held host was {state} when adopted", now=now, from_states=("adopted",)
+            )
             return None
         owner = svc.owner_of(job.job_id)
         if rental.job != owner and not self._take_over(job, claimed, rental, now=now):
             return None
-        svc.ledger.append(Event(
-            kind="host_adopted", job=job.job_id, instance=claimed.instance_id, provider=claimed.provider,
-            machine=claimed.machine_id, rate_usd_per_hour=claimed.dph_total,
-            reason="recovery adopts a verified standby host" if claimed.standby
-            else "adopts a verified held host: no create, pull or preflight",
-            payload={"rental": claimed.rental_id, "rental_job": claimed.owner, "released_by": claimed.released_by,
-                     "standby": claimed.standby, "verified_at": claimed.verified_at, "held_s": now - claimed.verified_at},
-            idempotency_key=f"adopted:{claimed.id}"))
+        svc.ledger.append(
+            Event(
+                kind="host_adopted",
+                job=job.job_id,
+                instance=claimed.instance_id,
+                provider=claimed.provider,
+                machine=claimed.machine_id,
+                rate_usd_per_hour=claimed.dph_total,
+                reason="recovery adopts a verified standby host"
+                if claimed.standby
+                else "adopts a verified held host: no create, pull or preflight",
+                payload={
+                    "rental": claimed.rental_id,
+                    "rental_job": claimed.owner,
+                    "released_by": claimed.released_by,
+                    "standby": claimed.standby,
+                    "verified_at": claimed.verified_at,
+                    "held_s": now - claimed.verified_at,
+                },
+                idempotency_key=f"adopted:{claimed.id}",
+            )
+        )
         return Adopted(act.held)
 
     def _take_over(self, job: JobState, claimed: Held, rental: Rental, *, now: float) -> bool:
@@ -170,9 +233,15 @@ class StepEffects:
         caps = svc.rentals.budget.caps()
         budget_name = owner if owner in caps else "default"
         offer = svc.rentals.offer_of(rental.id)
-        reserve = reservation_usd(offer, job.shape, svc.cfg, pull=False,
-                                  dph_total=rental.rate_usd_per_hour or offer.dph_total,
-                                  storage_per_gb_month=rental.storage_per_gb_month, disk_gb=rental.disk_gb)
+        reserve = reservation_usd(
+            offer,
+            job.shape,
+            svc.cfg,
+            pull=False,
+            dph_total=rental.rate_usd_per_hour or offer.dph_total,
+            storage_per_gb_month=rental.storage_per_gb_month,
+            disk_gb=rental.disk_gb,
+        )
         why = ""
         made = []
         if budget_name not in caps:
@@ -180,30 +249,54 @@ class StepEffects:
         else:
             try:
                 made = svc.rentals.reserve_for(
-                    job=owner, budget_name=budget_name, reserve_usd=reserve, dph_total=offer.dph_total,
-                    num_gpus=offer.num_gpus, max_s=max(0.0, rental.kill_at - now),
-                    idempotency_key=f"reserve:adopt:{claimed.id}:{owner}", now=now)
+                    job=owner,
+                    budget_name=budget_name,
+                    reserve_usd=reserve,
+                    dph_total=offer.dph_total,
+                    num_gpus=offer.num_gpus,
+                    max_s=max(0.0, rental.kill_at - now),
+                    idempotency_key=f"reserve:adopt:{claimed.id}:{owner}",
+                    now=now,
+                )
             except BudgetExceeded as exc:
                 why = f"budget: {exc}"
         if not made:
             svc.pool.unclaim(claimed.id, job_id=job.job_id)
             self.ctx.restep = True
-            svc.ledger.append(Event(kind="adopt_refused", job=owner, instance=claimed.instance_id,
-                                    provider=claimed.provider, machine=claimed.machine_id,
-                                    rate_usd_per_hour=claimed.dph_total, reason=why,
-                                    payload={"held": claimed.id, "rental": rental.id, "rental_job": rental.job,
-                                             "provisioning_job": job.job_id, "reserve_usd": reserve},
-                                    idempotency_key=f"adopt_refused:{claimed.id}:{job.job_id}"))
+            svc.ledger.append(
+                Event(
+                    kind="adopt_refused",
+                    job=owner,
+                    instance=claimed.instance_id,
+                    provider=claimed.provider,
+                    machine=claimed.machine_id,
+                    rate_usd_per_hour=claimed.dph_total,
+                    reason=why,
+                    payload={
+                        "held": claimed.id,
+                        "rental": rental.id,
+                        "rental_job": rental.job,
+                        "provisioning_job": job.job_id,
+                        "reserve_usd": reserve,
+                    },
+                    idempotency_key=f"adopt_refused:{claimed.id}:{job.job_id}",
+                )
+            )
             return False
-        if not svc.rentals.transfer(rental.id, from_job=rental.job, to_job=owner, reservations=made, now=now,
-                                    reason=f"held host adopted by {owner}",
-                                    evidence={"held": claimed.id, "provisioning_job": job.job_id}):
+        if not svc.rentals.transfer(
+            rental.id,
+            from_job=rental.job,
+            to_job=owner,
+            reservations=made,
+            now=now,
+            reason=f"held host adopted by {owner}",
+            evidence={"held": claimed.id, "provisioning_job": job.job_id},
+        ):
             for r in made:
                 svc.rentals.budget.release(r.id, reason="adoption fell through: the rental moved")
             self.ctx.restep = True
             current = svc.rentals.get(rental.id)
-            svc.holds.drop_held(claimed, current, "rental moved while being adopted", now=now,
-                                from_states=("adopted",))
+            svc.holds.drop_held(claimed, current, "rental moved while being adopted", now=now, from_states=("adopted",))
             return False
         return True
 
@@ -214,33 +307,64 @@ class StepEffects:
         if rental is not None:
             # `verdict`: the policy's own failure verdict (a release's destroy has none; receipts
             # count a healthy host destroyed on a verdict as a good host destroyed)
-            svc.rentals.destroy(rental.id, market=svc.market_for(rental.provider), by="automation",
-                                reason=act.reason, now=svc.clock.now(),
-                                evidence={"evidence": act.evidence, "verdict": act.reason})
+            svc.rentals.destroy(
+                rental.id,
+                market=svc.market_for(rental.provider),
+                by="automation",
+                reason=act.reason,
+                now=svc.clock.now(),
+                evidence={"evidence": act.evidence, "verdict": act.reason},
+            )
             svc.pool.off_risk(rental.provider, act.instance_id, lost=act.reason in LOSSES, now=svc.clock.now())
 
     def stop(self, job: JobState, act: Stop) -> None:
         svc = self.svc
         rental = svc.rental_of(act.instance_id)
         if rental is not None:
-            svc.rentals.stop(rental.id, market=svc.market_for(rental.provider), reason=act.reason,
-                             kind="instance_stopped", now=svc.clock.now(), evidence={"evidence": act.evidence})
+            svc.rentals.stop(
+                rental.id,
+                market=svc.market_for(rental.provider),
+                reason=act.reason,
+                kind="instance_stopped",
+                now=svc.clock.now(),
+                evidence={"evidence": act.evidence},
+            )
             svc.pool.off_risk(rental.provider, act.instance_id, lost=act.reason in LOSSES, now=svc.clock.now())
 
     def record(self, job: JobState, act: Record) -> None:
         svc = self.svc
         owner = svc.owner_of(job.job_id)
-        rec = svc.reputation.record(act.provider, act.machine_id, act.event, now=svc.clock.now(), reason=act.reason,
-                                    evidence=act.evidence)
+        rec = svc.reputation.record(
+            act.provider, act.machine_id, act.event, now=svc.clock.now(), reason=act.reason, evidence=act.evidence
+        )
         extra = {} if owner == job.job_id else {"standby_job": job.job_id}
         if act.event == "failure":
-            svc.ledger.append(Event(
-                kind="host_failed", job=owner, provider=act.provider, machine=act.machine_id,
-                reason=act.reason or "", payload={"evidence": act.evidence, "quarantined_until": rec.quarantined_until,
-                                                  "quarantine_permanent": rec.quarantine_permanent, **extra}))
+            svc.ledger.append(
+                Event(
+                    kind="host_failed",
+                    job=owner,
+                    provider=act.provider,
+                    machine=act.machine_id,
+                    reason=act.reason or "",
+                    payload={
+                        "evidence": act.evidence,
+                        "quarantined_until": rec.quarantined_until,
+                        "quarantine_permanent": rec.quarantine_permanent,
+                        **extra,
+                    },
+                )
+            )
         elif act.event == "preflight_passed":
-            svc.ledger.append(Event(kind="preflight_passed", job=owner, provider=act.provider,
-                                    machine=act.machine_id, reason=act.evidence, payload=extra))
+            svc.ledger.append(
+                Event(
+                    kind="preflight_passed",
+                    job=owner,
+                    provider=act.provider,
+                    machine=act.machine_id,
+                    reason=act.evidence,
+                    payload=extra,
+                )
+            )
 
     # -- training, holds, standby --------------------------------------------------------------------
     def start_training(self, job: JobState, act: StartTraining) -> None:
@@ -249,15 +373,25 @@ class StepEffects:
         rental = svc.rental_of(act.instance_id)
         if rental is not None:
             svc.rentals.mark_held_work(rental.id)
-            svc.pool.at_risk(rental.provider, act.instance_id, owner=svc.owner_of(job.job_id),
-                             created_at=rental.created_at, now=svc.clock.now())
-        svc.ledger.append(Event(kind="training_handed_over", job=job.job_id, instance=act.instance_id,
-                                provider=job.attempt.provider if job.attempt else None,
-                                machine=job.attempt.machine_id if job.attempt else None,
-                                reason="host verified; the supervisor takes over",
-                                payload={"resume_from_work_s": act.resume_from_work_s,
-                                         "rental": rental.id if rental else None},
-                                idempotency_key=f"{job.job_id}:handed_over:{act.instance_id}"))
+            svc.pool.at_risk(
+                rental.provider,
+                act.instance_id,
+                owner=svc.owner_of(job.job_id),
+                created_at=rental.created_at,
+                now=svc.clock.now(),
+            )
+        svc.ledger.append(
+            Event(
+                kind="training_handed_over",
+                job=job.job_id,
+                instance=act.instance_id,
+                provider=job.attempt.provider if job.attempt else None,
+                machine=job.attempt.machine_id if job.attempt else None,
+                reason="host verified; the supervisor takes over",
+                payload={"resume_from_work_s": act.resume_from_work_s, "rental": rental.id if rental else None},
+                idempotency_key=f"{job.job_id}:handed_over:{act.instance_id}",
+            )
+        )
 
     def hold(self, job: JobState, act: Hold) -> None:
         self.svc.holds.hold(job, act, self.ctx)
@@ -277,12 +411,24 @@ class StepEffects:
         svc = self.svc
         self.ctx.ended = True
         if job.standby:
-            svc.ledger.append(Event(kind="standby_failed", job=svc.owner_of(job.job_id), reason=act.reason,
-                                    payload={"standby_job": job.job_id},
-                                    idempotency_key=f"{job.job_id}:standby_failed"))
+            svc.ledger.append(
+                Event(
+                    kind="standby_failed",
+                    job=svc.owner_of(job.job_id),
+                    reason=act.reason,
+                    payload={"standby_job": job.job_id},
+                    idempotency_key=f"{job.job_id}:standby_failed",
+                )
+            )
             return
-        svc.ledger.append(Event(kind="provisioning_failed", job=job.job_id, reason=act.reason,
-                                idempotency_key=f"{job.job_id}:provisioning_failed"))
+        svc.ledger.append(
+            Event(
+                kind="provisioning_failed",
+                job=job.job_id,
+                reason=act.reason,
+                idempotency_key=f"{job.job_id}:provisioning_failed",
+            )
+        )
 
 
 def _plain(act: Any) -> dict[str, Any]:

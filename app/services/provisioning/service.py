@@ -66,6 +66,7 @@ _BUSY_RETRY_S = 5.0
 
 def _same_situation(loaded: JobState, now: JobState) -> bool:
     """Whether an observation made against `loaded` still applies to the job as it is `now`."""
+
     def where(j: JobState) -> tuple[object, ...]:
         return (j.phase, j.attempt.instance_id if j.attempt else None, j.lost_at, j.standby)
 
@@ -132,9 +133,15 @@ class ProvisioningService:
             self.pool.set_pool(job_id, standby_hosts)
         if self.state(job_id) is None:
             self.save([(new_job(job_id, req=req, shape=shape), 0, self.clock.now())])
-            self.ledger.append(Event(kind="provisioning_started", job=job_id, reason="job accepted",
-                                     payload={"providers": list(self.providers), "standby_hosts": standby_hosts},
-                                     idempotency_key=f"{job_id}:provisioning_started"))
+            self.ledger.append(
+                Event(
+                    kind="provisioning_started",
+                    job=job_id,
+                    reason="job accepted",
+                    payload={"providers": list(self.providers), "standby_hosts": standby_hosts},
+                    idempotency_key=f"{job_id}:provisioning_started",
+                )
+            )
         return self.step(job_id)
 
     # -- the steps the tasks call -----------------------------------------------------------
@@ -148,21 +155,33 @@ class ProvisioningService:
             # Between attempts and nobody needs it any more: stop rolling the dice.
             done = replace(job, phase="done", failure="no longer needed")
             if self.save([(done, version, None)]):
-                self.ledger.append(Event(kind="standby_cancelled", job=self.owner_of(job_id),
-                                         reason="standby host no longer needed", payload={"standby_job": job_id},
-                                         idempotency_key=f"{job_id}:standby_cancelled"))
+                self.ledger.append(
+                    Event(
+                        kind="standby_cancelled",
+                        job=self.owner_of(job_id),
+                        reason="standby host no longer needed",
+                        payload={"standby_job": job_id},
+                        idempotency_key=f"{job_id}:standby_cancelled",
+                    )
+                )
             return Step(job_id, "done", standby=True)
         obs: Observation | None = None
         if job.phase == "queued":
             view = self._view(job)
             obs = Tick(view=view)
             owner = self.owner_of(job_id)
-            if budget_exhausted(budget_left_usd=view.budget_left_usd,
-                                anything_live=bool(view.held) or self._spending(owner),
-                                cheapest_attempt_usd=min((reservation_usd(o, job.shape, self.cfg)
-                                                          for o in view.offers), default=math.inf)):
-                obs = BudgetCapReached(f"budget of {owner}", f"${view.budget_left_usd:.4f} left, less than the "
-                                                             "cheapest attempt reserves; nothing of it still runs")
+            if budget_exhausted(
+                budget_left_usd=view.budget_left_usd,
+                anything_live=bool(view.held) or self._spending(owner),
+                cheapest_attempt_usd=min(
+                    (reservation_usd(o, job.shape, self.cfg) for o in view.offers), default=math.inf
+                ),
+            ):
+                obs = BudgetCapReached(
+                    f"budget of {owner}",
+                    f"${view.budget_left_usd:.4f} left, less than the "
+                    "cheapest attempt reserves; nothing of it still runs",
+                )
         elif job.phase in ("booting", "preflight") and job.attempt is not None:
             obs = Polled(self.market_for(job.attempt.provider).status(job.attempt.instance_id))
         if obs is None:
@@ -188,8 +207,12 @@ class ProvisioningService:
         loaded = None if rec is None else self.state(rec)
         if rec is None or loaded is None or loaded[0].lost_at is None:
             return None
-        chains = tuple(st[0] for h in self.pool.standby_jobs(rec) if h.purpose == "hedge"
-                       if (st := self.state(h.job_id)) is not None)
+        chains = tuple(
+            st[0]
+            for h in self.pool.standby_jobs(rec)
+            if h.purpose == "hedge"
+            if (st := self.state(h.job_id)) is not None
+        )
         view = MarketView(records=self.reputation.records(), pull_rates_gb_per_s=tuple(self.pool.pull_rates()))
         return self.observe(rec, RecoveryProgress(chains=chains, view=view))
 
@@ -273,9 +296,14 @@ class ProvisioningService:
             if ctx.restep and ctx.wake_at is None and job.phase == "queued":
                 ctx.wake_at = self.clock.now()
             if not self.save([(job, version, ctx.wake_at)]):
-                self.ledger.append(Event(kind="provisioning_conflict", job=self.owner_of(job.job_id),
-                                         reason="state moved by another task; this step's state discarded",
-                                         payload={"provisioning_job": job.job_id}))
+                self.ledger.append(
+                    Event(
+                        kind="provisioning_conflict",
+                        job=self.owner_of(job.job_id),
+                        reason="state moved by another task; this step's state discarded",
+                        payload={"provisioning_job": job.job_id},
+                    )
+                )
                 return Step(job.job_id, job.phase, standby=job.standby)
         if ctx.handed_over is not None and not job.standby:
             ctx.spawned += self.standby.top_up(job.job_id)
@@ -283,18 +311,31 @@ class ProvisioningService:
             self.standby.release_pool(job.job_id, reason=f"job {job.phase}")
         for owner in dict.fromkeys(ctx.holds):
             ctx.also += self.standby.offer_to_recovery(owner)
-        return Step(job.job_id, job.phase, wake_at=ctx.wake_at, preflight_instance=ctx.preflight_instance,
-                    handed_over=ctx.handed_over, failure=job.failure, standby=job.standby,
-                    spawned=tuple(ctx.spawned), also=tuple(ctx.also))
+        return Step(
+            job.job_id,
+            job.phase,
+            wake_at=ctx.wake_at,
+            preflight_instance=ctx.preflight_instance,
+            handed_over=ctx.handed_over,
+            failure=job.failure,
+            standby=job.standby,
+            spawned=tuple(ctx.spawned),
+            also=tuple(ctx.also),
+        )
 
     def _busy(self, job: JobState, first: Observation) -> Step:
         """Another step held the job's lease past the wait (a stuck provider call, or a holder that
         died and whose lease has not expired yet): apply nothing, come back. A supervisor's
         observation is not dropped silently: it raises, which the supervisor's poll records before
         polling again."""
-        self.ledger.append(Event(kind="step_busy", job=self.owner_of(job.job_id),
-                                 reason=f"another step of this job held its lease for over {self.leases.wait_s:.0f} s",
-                                 payload={"provisioning_job": job.job_id, "observation": type(first).__name__}))
+        self.ledger.append(
+            Event(
+                kind="step_busy",
+                job=self.owner_of(job.job_id),
+                reason=f"another step of this job held its lease for over {self.leases.wait_s:.0f} s",
+                payload={"provisioning_job": job.job_id, "observation": type(first).__name__},
+            )
+        )
         if isinstance(first, TrainerStatus | BudgetCapReached):
             raise StepBusy(f"job {job.job_id}: another provisioning step still holds it; try again")
         if isinstance(first, PreflightResult) and job.attempt is not None:
@@ -305,14 +346,24 @@ class ProvisioningService:
         offers = []
         for name in job.req.providers or self.providers:
             try:
-                offers += self.market_for(name).search_offers(OfferQuery(
-                    gpu_names=job.req.gpu_names, min_gpu_ram_gb=job.req.min_gpu_ram_gb or None,
-                    num_gpus=job.req.num_gpus, max_dph=job.req.max_dph, disk_gb=job.shape.disk_gb))
+                offers += self.market_for(name).search_offers(
+                    OfferQuery(
+                        gpu_names=job.req.gpu_names,
+                        min_gpu_ram_gb=job.req.min_gpu_ram_gb or None,
+                        num_gpus=job.req.num_gpus,
+                        max_dph=job.req.max_dph,
+                        disk_gb=job.shape.disk_gb,
+                    )
+                )
             except MarketError as exc:
                 self.ledger.append(Event(kind="offer_search_failed", job=job.job_id, provider=name, reason=str(exc)))
         held = () if job.standby else tuple(h.policy_view() for h in self._adoptable(job))
-        return MarketView(offers=tuple(offers), records=self.reputation.records(), held=held,
-                          budget_left_usd=self._budget_left(self.owner_of(job.job_id)))
+        return MarketView(
+            offers=tuple(offers),
+            records=self.reputation.records(),
+            held=held,
+            budget_left_usd=self._budget_left(self.owner_of(job.job_id)),
+        )
 
     def _budget_left(self, owner: str) -> float | None:
         """What the job's own cap (or the default cap) still has; None when neither is set. The
@@ -354,8 +405,11 @@ class ProvisioningService:
     def _refused(self, job_id: str) -> set[str]:
         """Held hosts whose adoption this job's budget refused: not offered to it again."""
         owner = self.owner_of(job_id)
-        return {str(e.payload.get("held")) for e in self.ledger.rows(job=owner, kind="adopt_refused")
-                if e.payload.get("provisioning_job") == job_id}
+        return {
+            str(e.payload.get("held"))
+            for e in self.ledger.rows(job=owner, kind="adopt_refused")
+            if e.payload.get("provisioning_job") == job_id
+        }
 
     # -- the fleet's sweeps and pools -------------------------------------------------------------
     def sweep_holds(self) -> HoldSweep:

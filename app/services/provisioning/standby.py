@@ -52,7 +52,9 @@ class Standby:
         if target <= 0:
             return 0
         now = self.svc.clock.now()
-        waiting = sum(1 for h in self.svc.pool.held(owner=owner) if h.standby and h.hold_until > now and h.id != besides)
+        waiting = sum(
+            1 for h in self.svc.pool.held(owner=owner) if h.standby and h.hold_until > now and h.id != besides
+        )
         return pool_missing(target=target, waiting=waiting, active=self.running(owner))
 
     def wanted(self, job: JobState) -> bool:
@@ -60,7 +62,9 @@ class Standby:
         owner = self.svc.owner_of(job.job_id)
         if owner == job.job_id:
             return False
-        return standby_wanted(missing=self.missing(owner), recovering=self.recovering(owner), active=self.running(owner))
+        return standby_wanted(
+            missing=self.missing(owner), recovering=self.recovering(owner), active=self.running(owner)
+        )
 
     # -- starting standby jobs -------------------------------------------------------------------
     def _spawn(self, owner: JobState, *, purpose: str, key: str) -> str | None:
@@ -77,12 +81,21 @@ class Standby:
         """A recovery hedges: start `count` standby jobs beside the job's own create."""
         if job.standby:
             return []
-        made = [sid for i in range(act.count)
-                if (sid := self._spawn(job, purpose="hedge", key=f"{job.job_id}:hedge:{job.creates + 1}:{i}"))]
+        made = [
+            sid
+            for i in range(act.count)
+            if (sid := self._spawn(job, purpose="hedge", key=f"{job.job_id}:hedge:{job.creates + 1}:{i}"))
+        ]
         if made:
-            self.svc.ledger.append(Event(kind="standby_wanted", job=job.job_id, reason=act.why,
-                                         payload={"count": act.count, "standby_jobs": made, "purpose": "hedge"},
-                                         idempotency_key=f"{job.job_id}:hedge:{job.creates + 1}"))
+            self.svc.ledger.append(
+                Event(
+                    kind="standby_wanted",
+                    job=job.job_id,
+                    reason=act.why,
+                    payload={"count": act.count, "standby_jobs": made, "purpose": "hedge"},
+                    idempotency_key=f"{job.job_id}:hedge:{job.creates + 1}",
+                )
+            )
         return made
 
     def top_up(self, owner_id: str) -> list[str]:
@@ -98,14 +111,24 @@ class Standby:
             st = svc.state(sj.job_id)
             if st is not None and st[0].phase not in ("done", "failed"):
                 pending += 1
-        chains = refill_chains(svc.cfg, missing=self.missing(owner_id), pending=pending,
-                               records=svc.reputation.records())
+        chains = refill_chains(
+            svc.cfg, missing=self.missing(owner_id), pending=pending, records=svc.reputation.records()
+        )
         taken = len(svc.pool.standby_jobs(owner_id))
-        made = [sid for i in range(chains)
-                if (sid := self._spawn(owner, purpose="pool", key=f"{owner_id}:pool:{taken + i + 1}"))]
+        made = [
+            sid
+            for i in range(chains)
+            if (sid := self._spawn(owner, purpose="pool", key=f"{owner_id}:pool:{taken + i + 1}"))
+        ]
         if made:
-            svc.ledger.append(Event(kind="standby_wanted", job=owner_id, reason=f"standby pool of {self.target(owner_id)}",
-                                    payload={"count": len(made), "standby_jobs": made, "purpose": "pool"}))
+            svc.ledger.append(
+                Event(
+                    kind="standby_wanted",
+                    job=owner_id,
+                    reason=f"standby pool of {self.target(owner_id)}",
+                    payload={"count": len(made), "standby_jobs": made, "purpose": "pool"},
+                )
+            )
         return made
 
     def scheduled(self, standby_id: str) -> Step:
@@ -129,9 +152,12 @@ class Standby:
             if job.standby or job.lost_at is None or job.phase not in ("queued", "booting", "preflight"):
                 return []
             if job.phase != "queued":
-                sj, _ = svc.pool.new_standby(owner_id, purpose="hand_over",
-                                             key=f"{owner_id}:hand_over:{job.attempt.instance_id if job.attempt else ''}",
-                                             now=svc.clock.now())
+                sj, _ = svc.pool.new_standby(
+                    owner_id,
+                    purpose="hand_over",
+                    key=f"{owner_id}:hand_over:{job.attempt.instance_id if job.attempt else ''}",
+                    now=svc.clock.now(),
+                )
                 moved = hand_over(job, standby_id=sj.job_id)
                 if moved is None:
                     return []
@@ -142,13 +168,25 @@ class Standby:
                 if not svc.save([(back, version, svc.clock.now()), (standby, 0, svc.clock.now())]):
                     return []  # the job moved meanwhile (or the hand-over was done): its own step decides
                 att = standby.attempt
-                svc.ledger.append(Event(kind="attempt_handed_over", job=owner_id,
-                                        instance=att.instance_id if att else None,
-                                        reason="a host was verified first; the recovery's own attempt goes on as standby",
-                                        payload={"standby_job": sj.job_id, "phase": standby.phase},
-                                        idempotency_key=f"{sj.job_id}:attempt_handed_over"))
-                out.append(Step(sj.job_id, standby.phase, wake_at=svc.clock.now(), standby=True,
-                                preflight_instance=att.instance_id if att and standby.phase == "preflight" else None))
+                svc.ledger.append(
+                    Event(
+                        kind="attempt_handed_over",
+                        job=owner_id,
+                        instance=att.instance_id if att else None,
+                        reason="a host was verified first; the recovery's own attempt goes on as standby",
+                        payload={"standby_job": sj.job_id, "phase": standby.phase},
+                        idempotency_key=f"{sj.job_id}:attempt_handed_over",
+                    )
+                )
+                out.append(
+                    Step(
+                        sj.job_id,
+                        standby.phase,
+                        wake_at=svc.clock.now(),
+                        standby=True,
+                        preflight_instance=att.instance_id if att and standby.phase == "preflight" else None,
+                    )
+                )
         out.append(svc.step(owner_id))
         return out
 

@@ -64,8 +64,10 @@ class StateStore:
             with write_transaction(self.engine, lock=f"tuneharness.provisioning.{first}") as conn:
                 if is_postgres(self.engine):
                     for job, _, _ in writes[1:]:  # the first job's lock is write_transaction's
-                        conn.execute(text("SELECT pg_advisory_xact_lock(:k)"),
-                                     {"k": advisory_key(f"tuneharness.provisioning.{job.job_id}")})
+                        conn.execute(
+                            text("SELECT pg_advisory_xact_lock(:k)"),
+                            {"k": advisory_key(f"tuneharness.provisioning.{job.job_id}")},
+                        )
                 for job, version, wake_at in writes:
                     row = conn.execute(select(_T.c.version).where(_T.c.job_id == job.job_id)).first()
                     values = {"state_json": json.dumps(codec.dump_job(job)), "wake_at": wake_at, "updated_at": now}

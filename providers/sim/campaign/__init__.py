@@ -12,13 +12,26 @@ from providers.sim.campaign.driver import POLICIES, Campaign, CampaignResult
 from providers.sim.campaign.referee import RECEIPT_FIELDS, is_dead_host
 from providers.sim.trace import Trace, load_trace
 
-__all__ = ["POLICIES", "RECEIPT_FIELDS", "Campaign", "CampaignResult", "is_dead_host", "run_campaign",
-           "run_campaign_file"]
+__all__ = [
+    "POLICIES",
+    "RECEIPT_FIELDS",
+    "Campaign",
+    "CampaignResult",
+    "is_dead_host",
+    "run_campaign",
+    "run_campaign_file",
+]
 
 
 def run_campaign(
-    trace: Trace, *, policy: str = "guarded", jobs: int | None = None, seed: int = 0, trace_label: str | None = None,
-    standby_hosts: int | None = None, progress_hedge_max: int | None = None,
+    trace: Trace,
+    *,
+    policy: str = "guarded",
+    jobs: int | None = None,
+    seed: int = 0,
+    trace_label: str | None = None,
+    standby_hosts: int | None = None,
+    progress_hedge_max: int | None = None,
 ) -> CampaignResult:
     """Replay one campaign in virtual time; the receipt comes from the simulator's referee.
 
@@ -27,7 +40,12 @@ def run_campaign(
     the policy's, 0; naive never hedges).
     """
     c = Campaign(
-        trace, policy, jobs=jobs, seed=seed, trace_label=trace_label or trace.name, standby_hosts=standby_hosts,
+        trace,
+        policy,
+        jobs=jobs,
+        seed=seed,
+        trace_label=trace_label or trace.name,
+        standby_hosts=standby_hosts,
         progress_hedge_max=progress_hedge_max,
     )
     receipt = c.run()

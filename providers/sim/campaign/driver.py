@@ -143,8 +143,15 @@ class Campaign:
     """One campaign: the event loop and the virtual-time effects of every action."""
 
     def __init__(
-        self, trace: Trace, policy: str, *, jobs: int | None, seed: int, trace_label: str,
-        standby_hosts: int | None = None, progress_hedge_max: int | None = None,
+        self,
+        trace: Trace,
+        policy: str,
+        *,
+        jobs: int | None,
+        seed: int,
+        trace_label: str,
+        standby_hosts: int | None = None,
+        progress_hedge_max: int | None = None,
     ) -> None:
         if policy not in POLICIES:
             raise ValueError(f"unknown policy {policy!r}; known: {sorted(POLICIES)}")
@@ -161,8 +168,9 @@ class Campaign:
                 raise ValueError(f"progress_hedge_max must be >= 0, got {progress_hedge_max}")
             self.cfg = replace(self.cfg, progress_hedge_max=progress_hedge_max)
         # The supervisor's judgement: the naive renter restarts nothing on the same host.
-        self.sup_cfg = SupervisorConfig(monitor_s=self.cfg.monitor_s,
-                                        max_same_host_restarts=0 if self.cfg.destroy_lost_hosts else 2)
+        self.sup_cfg = SupervisorConfig(
+            monitor_s=self.cfg.monitor_s, max_same_host_restarts=0 if self.cfg.destroy_lost_hosts else 2
+        )
         self.clock = VirtualClock()
         self.t0 = self.clock.now()
         self.market = SimMarket(trace, self.clock)
@@ -261,10 +269,19 @@ class Campaign:
             if att is not None:
                 self._stop_instance(att.instance_id, reason="campaign over", evidence="standby no longer needed")
         return receipt(
-            self.referee, end=end, t0=self.t0, policy=self.policy, trace=self.trace_label,
-            destroyed_on_failure=self.destroyed_on_failure, trainers=self._trainer_spans(end),
-            recoveries=self.recoveries, finished=len(self.done_jobs), unfinished=self.failed,
-            real_jobs=self.real_jobs, budget_usd=self.budget_usd, standby_hosts=self.cfg.standby_hosts,
+            self.referee,
+            end=end,
+            t0=self.t0,
+            policy=self.policy,
+            trace=self.trace_label,
+            destroyed_on_failure=self.destroyed_on_failure,
+            trainers=self._trainer_spans(end),
+            recoveries=self.recoveries,
+            finished=len(self.done_jobs),
+            unfinished=self.failed,
+            real_jobs=self.real_jobs,
+            budget_usd=self.budget_usd,
+            standby_hosts=self.cfg.standby_hosts,
             standby_spans=self.standby_spans,
         )
 
@@ -288,8 +305,9 @@ class Campaign:
         """How many more verified hosts the standby pool wants (none once every job is over)."""
         if self.cfg.standby_hosts <= 0:
             return 0
-        return pool_missing(target=self._pool_target(), waiting=self._waiting(besides=besides),
-                            active=self._pool_active())
+        return pool_missing(
+            target=self._pool_target(), waiting=self._waiting(besides=besides), active=self._pool_active()
+        )
 
     def _pool_target(self) -> int:
         now = self.clock.now()
@@ -297,8 +315,14 @@ class Campaign:
         size = pool_target(self.cfg, configured=self.cfg.standby_hosts, seen=seen)
         if size != self.pool_size:
             self.pool_size = size
-            self._log("standby_pool", size=size, losses=seen.losses, exposure_s=round(seen.exposure_s, 1),
-                      hosts_at_risk=seen.at_risk, refill_s=round(seen.refill_s, 1))
+            self._log(
+                "standby_pool",
+                size=size,
+                losses=seen.losses,
+                exposure_s=round(seen.exposure_s, 1),
+                hosts_at_risk=seen.at_risk,
+                refill_s=round(seen.refill_s, 1),
+            )
         return size
 
     def _at_risk(self, iid: str) -> None:
@@ -353,8 +377,9 @@ class Campaign:
         self._feed(rec, RecoveryProgress(chains=chains, view=view))
 
     def _recovering(self) -> bool:
-        return any(self.jobs[j].lost_at is not None for j in self.real_jobs
-                   if self.jobs[j].phase not in ("done", "failed"))
+        return any(
+            self.jobs[j].lost_at is not None for j in self.real_jobs if self.jobs[j].phase not in ("done", "failed")
+        )
 
     def _top_up_standby(self) -> None:
         pending = sum(1 for j in self.standby_ids if self.jobs[j].phase not in ("done", "failed"))
@@ -394,8 +419,13 @@ class Campaign:
         while it waited is dropped and recorded (app.policy.fleet.judge_held)."""
         now = self.clock.now()
         looks = [self._look(h, state=self.market.status(h.instance_id).state) for h in list(self.held.values())]
-        tend(self, [judge_held(look, now=now, cfg=self.cfg, missing_besides=self._missing(besides=look.host))
-                    for look in looks])
+        tend(
+            self,
+            [
+                judge_held(look, now=now, cfg=self.cfg, missing_besides=self._missing(besides=look.host))
+                for look in looks
+            ],
+        )
         if self.held:
             self._push(now + HOLDS_CHECK_S, "pool_check", "")
 
@@ -409,8 +439,14 @@ class Campaign:
             self._end_span(iid)
             self.live.pop(iid, None)
             self.market.destroy(iid)
-            self._log("destroyed", job="", instance=iid, machine=act.host.machine_id, reason=act.reason,
-                      evidence="never held work")
+            self._log(
+                "destroyed",
+                job="",
+                instance=iid,
+                machine=act.host.machine_id,
+                reason=act.reason,
+                evidence="never held work",
+            )
         else:
             self._stop_instance(iid, reason=act.reason, evidence="no compatible job within the hold")
 
@@ -420,8 +456,13 @@ class Campaign:
         self.held[h.instance_id] = h
         if h.standby:
             self.standby_spans.setdefault(h.instance_id, (now, None))
-        self._log("hold_renewed", instance=h.instance_id, machine=h.machine_id, until_s=h.hold_until - self.t0,
-                  reason=act.reason)
+        self._log(
+            "hold_renewed",
+            instance=h.instance_id,
+            machine=h.machine_id,
+            until_s=h.hold_until - self.t0,
+            reason=act.reason,
+        )
 
     def drop(self, act: Drop) -> None:
         h = act.host
@@ -454,24 +495,35 @@ class Campaign:
         for job_id in list(self.jobs):
             if self.jobs[job_id].phase not in ("done", "failed"):
                 self._feed(job_id, BudgetCapReached(cap, evidence))
-        tend(self, [Release(h, destroy=not self._look(h, state=None).held_work, reason="budget_cap")
-                    for h in list(self.held.values())])
+        tend(
+            self,
+            [
+                Release(h, destroy=not self._look(h, state=None).held_work, reason="budget_cap")
+                for h in list(self.held.values())
+            ],
+        )
 
     # -- observations -----------------------------------------------------------------------
     def _on_wake(self, job_id: str) -> None:
         job = self.jobs[job_id]
         att = job.attempt
         obs: Observation
-        if job.phase == "queued" and job_id in self.standby_ids and not standby_wanted(
-                missing=self._missing(), recovering=self._recovering(), active=self._pool_active()):
+        if (
+            job.phase == "queued"
+            and job_id in self.standby_ids
+            and not standby_wanted(missing=self._missing(), recovering=self._recovering(), active=self._pool_active())
+        ):
             # Between attempts and nobody needs it any more: stop rolling the dice.
             self.jobs[job_id] = replace(job, phase="done", failure="no longer needed")
             self._log("standby_cancelled", job=job_id)
             return
         if job.phase == "queued":
             view = self._view(job)
-            if budget_exhausted(budget_left_usd=view.budget_left_usd, anything_live=bool(self.live or self.held),
-                                cheapest_attempt_usd=self._cheapest_attempt(list(view.offers))):
+            if budget_exhausted(
+                budget_left_usd=view.budget_left_usd,
+                anything_live=bool(self.live or self.held),
+                cheapest_attempt_usd=self._cheapest_attempt(list(view.offers)),
+            ):
                 cap = f"campaign budget ${self.budget_usd:.2f}"
                 obs = BudgetCapReached(cap, f"${view.budget_left_usd:.4f} left, less than the cheapest attempt")
             else:
@@ -502,7 +554,10 @@ class Campaign:
         if self.budget_usd is not None and self.cfg.watch_budget:
             budget_left = self.budget_usd - self._committed_usd()
         return MarketView(
-            offers=tuple(offers), records=dict(self.records), held=tuple(self.held.values()), budget_left_usd=budget_left
+            offers=tuple(offers),
+            records=dict(self.records),
+            held=tuple(self.held.values()),
+            budget_left_usd=budget_left,
         )
 
     def _cheapest_attempt(self, offers: list[Offer]) -> float:
@@ -511,8 +566,13 @@ class Campaign:
     def _attempt_cost(self, o: Offer) -> float:
         s = self.shape
         return attempt_cost_usd(
-            dph_total=o.dph_total, storage_per_gb_month=o.storage_per_gb_month, inet_down_per_gb=o.inet_down_per_gb,
-            inet_down_mbps=o.inet_down_mbps, download_gb=s.download_gb, train_s=s.train_s, disk_gb=s.disk_gb,
+            dph_total=o.dph_total,
+            storage_per_gb_month=o.storage_per_gb_month,
+            inet_down_per_gb=o.inet_down_per_gb,
+            inet_down_mbps=o.inet_down_mbps,
+            download_gb=s.download_gb,
+            train_s=s.train_s,
+            disk_gb=s.disk_gb,
             overhead_s=s.overhead_s,
         )
 
@@ -542,19 +602,36 @@ class Campaign:
             assert verdict.kind == "lost"
             return TrainerStatus(inst, None, heartbeat_at=tr.last_heartbeat(now))
         seen = tr.view(now)
-        probe = HostProbe(provider_state=inst.state, ssh_ok=True, alive=seen.alive, phase=seen.phase,
-                          step=int(seen.work_s), exit_code=seen.exit_code)
+        probe = HostProbe(
+            provider_state=inst.state,
+            ssh_ok=True,
+            alive=seen.alive,
+            phase=seen.phase,
+            step=int(seen.work_s),
+            exit_code=seen.exit_code,
+        )
         verdict = assess(probe, ssh_failures=0, cfg=self.sup_cfg)
         if verdict.kind == "finished":
-            return TrainerStatus(inst, "finished", work_s=seen.work_s, checkpoint_work_s=seen.checkpoint_work_s,
-                                 heartbeat_at=now)
+            return TrainerStatus(
+                inst, "finished", work_s=seen.work_s, checkpoint_work_s=seen.checkpoint_work_s, heartbeat_at=now
+            )
         if verdict.kind != "dead":
-            return TrainerStatus(inst, "training", work_s=seen.work_s, checkpoint_work_s=seen.checkpoint_work_s,
-                                 heartbeat_at=seen.heartbeat_at)
+            return TrainerStatus(
+                inst,
+                "training",
+                work_s=seen.work_s,
+                checkpoint_work_s=seen.checkpoint_work_s,
+                heartbeat_at=seen.heartbeat_at,
+            )
         answer = classify(seen.log_tail)
-        route = route_triage(answer.guess if not answer.sure else answer.state, answer.action,
-                             exit_code=seen.exit_code, same_host_restarts=self.restarts.get(iid, 0), cfg=self.sup_cfg,
-                             remedy=str(answer.remedy))
+        route = route_triage(
+            answer.guess if not answer.sure else answer.state,
+            answer.action,
+            exit_code=seen.exit_code,
+            same_host_restarts=self.restarts.get(iid, 0),
+            cfg=self.sup_cfg,
+            remedy=str(answer.remedy),
+        )
         self._log("trainer_died", job=job.job_id, instance=iid, triage=answer.state, route=route)
         if route == "same_host":
             self.restarts[iid] = self.restarts.get(iid, 0) + 1
@@ -562,8 +639,14 @@ class Campaign:
             self._wake(job.job_id, now + self.cfg.monitor_s)
             return None
         if route == "replace":
-            return TrainerStatus(inst, "failed", work_s=seen.work_s, checkpoint_work_s=seen.checkpoint_work_s,
-                                 heartbeat_at=seen.heartbeat_at, error=f"{answer.state}: {seen.log_tail}")
+            return TrainerStatus(
+                inst,
+                "failed",
+                work_s=seen.work_s,
+                checkpoint_work_s=seen.checkpoint_work_s,
+                heartbeat_at=seen.heartbeat_at,
+                error=f"{answer.state}: {seen.log_tail}",
+            )
         stopped, actions = stop_job(job, reason=f"training failed ({answer.state})", evidence=seen.log_tail)
         self.jobs[job.job_id] = stopped
         for act in actions:
@@ -584,8 +667,12 @@ class Campaign:
         self._wake(act.job_id, max(act.at, self.clock.now()))
 
     def create(self, job: JobState, act: Create) -> Observation:
-        spec = LaunchSpec(image="tuneharness/trainer:sim", disk_gb=self.workload.disk_gb, label=f"th-{act.job_id}",
-                          ssh_public_key="ssh-ed25519 sim")
+        spec = LaunchSpec(
+            image="tuneharness/trainer:sim",
+            disk_gb=self.workload.disk_gb,
+            label=f"th-{act.job_id}",
+            ssh_public_key="ssh-ed25519 sim",
+        )
         try:
             iid = self.market.create(act.offer, spec)
         except MarketError as exc:
@@ -595,8 +682,14 @@ class Campaign:
         self.live[iid] = _Live(act.job_id, act.offer, self.clock.now(), reserved_usd=reserved)
         if act.job_id in self.standby_ids:
             self.standby_spans[iid] = (self.clock.now(), None)
-        self._log("created", job=act.job_id, instance=iid, machine=act.offer.machine_id,
-                  rate_usd_per_hour=act.offer.dph_total, reason=act.why)
+        self._log(
+            "created",
+            job=act.job_id,
+            instance=iid,
+            machine=act.offer.machine_id,
+            rate_usd_per_hour=act.offer.dph_total,
+            reason=act.why,
+        )
         if self.cfg.failures_seen_at_once:
             self._schedule_oracle(act.job_id, iid, act.offer)
         return CreateResult(act.offer, iid)
@@ -616,10 +709,25 @@ class Campaign:
         span = self.standby_spans.get(h.instance_id)
         if span is not None and span[1] is None:
             self.standby_spans[h.instance_id] = (span[0], now)
-        self.live[h.instance_id] = _Live(act.job_id, Offer(
-            provider=h.provider, offer_id="held", machine_id=h.machine_id, gpu_name=h.gpu_name, num_gpus=h.num_gpus,
-            gpu_ram_gb=h.gpu_ram_gb, dph_total=h.dph_total, storage_per_gb_month=None, inet_down_per_gb=None,
-            inet_down_mbps=None, reliability=None, cuda_max=None), now, trained=True)
+        self.live[h.instance_id] = _Live(
+            act.job_id,
+            Offer(
+                provider=h.provider,
+                offer_id="held",
+                machine_id=h.machine_id,
+                gpu_name=h.gpu_name,
+                num_gpus=h.num_gpus,
+                gpu_ram_gb=h.gpu_ram_gb,
+                dph_total=h.dph_total,
+                storage_per_gb_month=None,
+                inet_down_per_gb=None,
+                inet_down_mbps=None,
+                reliability=None,
+                cuda_max=None,
+            ),
+            now,
+            trained=True,
+        )
         self._log("host_adopted", job=act.job_id, instance=h.instance_id, machine=h.machine_id)
         return Adopted(h)
 
@@ -631,8 +739,14 @@ class Campaign:
             self.destroyed_on_failure.add(act.instance_id)
         self._end_trainer(act.instance_id)
         self.market.destroy(act.instance_id)
-        self._log("destroyed", job=act.job_id, instance=act.instance_id, machine=act.machine_id, reason=act.reason,
-                  evidence=act.evidence)
+        self._log(
+            "destroyed",
+            job=act.job_id,
+            instance=act.instance_id,
+            machine=act.machine_id,
+            reason=act.reason,
+            evidence=act.evidence,
+        )
 
     def stop(self, job: JobState, act: Stop) -> None:
         if act.reason in ("lost", "hang"):
@@ -660,8 +774,13 @@ class Campaign:
     def _record_failure(self, machine_id: str, provider: str, reason: str, evidence: str) -> None:
         rec = self.records.get(machine_id) or MachineRecord(machine_id=machine_id, provider=provider)
         rec = record_failure(rec, reason=reason, now=self.clock.now())
-        self._log("host_failed", machine=machine_id, reason=reason, evidence=evidence,
-                  quarantined=rec.quarantine_permanent or rec.quarantined_until is not None)
+        self._log(
+            "host_failed",
+            machine=machine_id,
+            reason=reason,
+            evidence=evidence,
+            quarantined=rec.quarantine_permanent or rec.quarantined_until is not None,
+        )
         self.records[machine_id] = rec
 
     def run_preflight(self, job: JobState, act: RunPreflight) -> None:
@@ -692,10 +811,13 @@ class Campaign:
         self._at_risk(host.instance_id)
         live = self.live.get(host.instance_id)
         if live is not None:  # what the hold may still bill
-            live.reserved_usd = self.referee.bill(host.instance_id).total_usd + act.host.dph_total * min(
-                act.host.hold_until - now, 3600.0) / 3600.0
-        self._log("held", job=act.job_id, instance=host.instance_id, until_s=host.hold_until - self.t0,
-                  standby=host.standby)
+            live.reserved_usd = (
+                self.referee.bill(host.instance_id).total_usd
+                + act.host.dph_total * min(act.host.hold_until - now, 3600.0) / 3600.0
+            )
+        self._log(
+            "held", job=act.job_id, instance=host.instance_id, until_s=host.hold_until - self.t0, standby=host.standby
+        )
         self._offer_to_recoveries()
 
     def want_standby(self, job: JobState, act: WantStandby) -> None:
@@ -705,14 +827,21 @@ class Campaign:
     def recovered(self, job: JobState, act: Recovered) -> None:
         self.hedges_of.pop(act.job_id, None)
         att = self.jobs[act.job_id].attempt
-        self.recovery_facts.append({
-            "detect_s": self.loss_noticed.get(act.job_id, act.lost_at) - act.lost_at,
-            "replacement_pull_s": self.referee.pull_seconds(att.instance_id) if att is not None else 0.0,
-        })
-        self.recoveries.append({
-            "job": act.job_id, "machine_id": act.machine_id, "cause": act.cause,
-            "lost_at_s": round(act.lost_at - self.t0, 3), "resumed_at_s": round(act.resumed_at - self.t0, 3),
-        })
+        self.recovery_facts.append(
+            {
+                "detect_s": self.loss_noticed.get(act.job_id, act.lost_at) - act.lost_at,
+                "replacement_pull_s": self.referee.pull_seconds(att.instance_id) if att is not None else 0.0,
+            }
+        )
+        self.recoveries.append(
+            {
+                "job": act.job_id,
+                "machine_id": act.machine_id,
+                "cause": act.cause,
+                "lost_at_s": round(act.lost_at - self.t0, 3),
+                "resumed_at_s": round(act.resumed_at - self.t0, 3),
+            }
+        )
 
     def finished(self, job: JobState, act: Finished) -> None:
         if act.job_id not in self.standby_ids:
@@ -772,8 +901,14 @@ class Campaign:
         first_create = self._instance_created_at(iid, created)
         self._end_trainer(iid)
         tr = SimTrainer(
-            instance_id=iid, started_at=now, resume_work_s=resume_from_work_s, train_s=self.workload.train_seconds,
-            checkpoint_every_s=self.workload.checkpoint_every_s, speed=speed, fails_at=fails_at, fail_error=error,
+            instance_id=iid,
+            started_at=now,
+            resume_work_s=resume_from_work_s,
+            train_s=self.workload.train_seconds,
+            checkpoint_every_s=self.workload.checkpoint_every_s,
+            speed=speed,
+            fails_at=fails_at,
+            fail_error=error,
             hangs_at=None if truth.hangs_at_s is None else max(now, first_create + truth.hangs_at_s),
             dies_at=None if truth.dies_at_s is None else first_create + truth.dies_at_s,
         )

@@ -98,30 +98,49 @@ class _Run:
         self.server: subprocess.Popen[bytes] | None = None
         self.url = ""
         self.env: dict[str, str] = {k: v for k, v in os.environ.items() if not k.startswith(_OWN_VARS)}
-        self.env.update({
-            "TUNEHARNESS_HOME": str(home),
-            "TUNEHARNESS_DB_URL": f"sqlite:///{home / 'tuneharness.db'}",
-            "TUNEHARNESS_BROKER_URL": f"redis://127.0.0.1:{_free_port()}/0",  # nothing there: a private redis
-            "TUNEHARNESS_PROVIDERS": "sim",
-            "TUNEHARNESS_SIM_SCALE": f"{scale:g}",  # beat's periods in simulated seconds
-            "TUNEHARNESS_SLICE_S": str(max(3600.0, 10 * trace.workload.train_seconds)),
-            "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
-            "PYTHONPATH": os.pathsep.join(p for p in (str(_ROOT), os.environ.get("PYTHONPATH", "")) if p),
-        })
+        self.env.update(
+            {
+                "TUNEHARNESS_HOME": str(home),
+                "TUNEHARNESS_DB_URL": f"sqlite:///{home / 'tuneharness.db'}",
+                "TUNEHARNESS_BROKER_URL": f"redis://127.0.0.1:{_free_port()}/0",  # nothing there: a private redis
+                "TUNEHARNESS_PROVIDERS": "sim",
+                "TUNEHARNESS_SIM_SCALE": f"{scale:g}",  # beat's periods in simulated seconds
+                "TUNEHARNESS_SLICE_S": str(max(3600.0, 10 * trace.workload.train_seconds)),
+                "HF_HUB_OFFLINE": "1",
+                "TRANSFORMERS_OFFLINE": "1",
+                "PYTHONPATH": os.pathsep.join(p for p in (str(_ROOT), os.environ.get("PYTHONPATH", "")) if p),
+            }
+        )
 
     def cli(self, *args: str, timeout_s: float = 120.0) -> str:
-        done = subprocess.run([sys.executable, "-m", "app.cli.main", *args], cwd=_ROOT, env=self.env,
-                              capture_output=True, text=True, timeout=timeout_s, check=False)
+        done = subprocess.run(
+            [sys.executable, "-m", "app.cli.main", *args],
+            cwd=_ROOT,
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+            check=False,
+        )
         if done.returncode != 0:
             raise UserError(f"`tuneharness {' '.join(args)}` failed: {(done.stderr or done.stdout).strip()[-400:]}")
         return done.stdout
 
     def submit(self, paths: list[str]) -> list[str]:
         """Submit the job files from one process (`app.api.submit`, what `tuneharness submit` calls)."""
-        code = ("import sys\nfrom app.api import submit\nfrom app.jobs import load_job_file\n"
-                "for p in sys.argv[1:]:\n    print(submit(load_job_file(p)))\n")
-        done = subprocess.run([sys.executable, "-c", code, *paths], cwd=_ROOT, env=self.env, capture_output=True,
-                              text=True, timeout=120, check=False)
+        code = (
+            "import sys\nfrom app.api import submit\nfrom app.jobs import load_job_file\n"
+            "for p in sys.argv[1:]:\n    print(submit(load_job_file(p)))\n"
+        )
+        done = subprocess.run(
+            [sys.executable, "-c", code, *paths],
+            cwd=_ROOT,
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
         if done.returncode != 0:
             raise UserError(f"submitting the campaign's jobs failed: {done.stderr.strip()[-400:]}")
         return done.stdout.split()
@@ -130,12 +149,35 @@ class _Run:
         url_file = self.home / "sim-url"
         log = (self.home / "sim-serve.log").open("wb")
         self.server = subprocess.Popen(
-            [sys.executable, "-m", "app.cli.main", "sim", "serve", "--trace", self.trace_ref, "--scale",
-             str(self.scale), "--root", str(self.home / "sim"), "--url-file", str(url_file),
-             "--train-step-s", str(train_step_s), "--train-start-s", str(train_start_s)],
-            cwd=_ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-        if not _wait(lambda: url_file.exists() or self.server is None or self.server.poll() is not None,
-                     timeout_s=60) or not url_file.exists():
+            [
+                sys.executable,
+                "-m",
+                "app.cli.main",
+                "sim",
+                "serve",
+                "--trace",
+                self.trace_ref,
+                "--scale",
+                str(self.scale),
+                "--root",
+                str(self.home / "sim"),
+                "--url-file",
+                str(url_file),
+                "--train-step-s",
+                str(train_step_s),
+                "--train-start-s",
+                str(train_start_s),
+            ],
+            cwd=_ROOT,
+            env=self.env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        if (
+            not _wait(lambda: url_file.exists() or self.server is None or self.server.poll() is not None, timeout_s=60)
+            or not url_file.exists()
+        ):
             raise UserError(f"sim serve did not start; see {self.home / 'sim-serve.log'}")
         self.url = url_file.read_text().strip()
         self.env["TUNEHARNESS_SIM_URL"] = self.url
@@ -155,8 +197,13 @@ class _Run:
 
 
 def run_campaign_realtime(
-    trace_ref: str, *, scale: float = DEFAULT_SCALE, jobs: int | None = None, timeout_s: float | None = None,
-    workdir: Path | None = None, progress: Progress | None = None,
+    trace_ref: str,
+    *,
+    scale: float = DEFAULT_SCALE,
+    jobs: int | None = None,
+    timeout_s: float | None = None,
+    workdir: Path | None = None,
+    progress: Progress | None = None,
 ) -> CampaignResult:
     """Run the trace's campaign through Celery in scaled time; the referee's receipt of it."""
     from app.settings import load_settings
@@ -179,13 +226,25 @@ def run_campaign_realtime(
         say(f"sim market on {run.url} ({scale:g}x); state in {home}")
         jobdir = home / "job"
         jobdir.mkdir(exist_ok=True)
-        subprocess.run([sys.executable, "-m", "trainer", "make-tiny-model", str(jobdir / "model")], cwd=_ROOT,
-                       env=run.env, check=True, capture_output=True, timeout=300)
+        subprocess.run(
+            [sys.executable, "-m", "trainer", "make-tiny-model", str(jobdir / "model")],
+            cwd=_ROOT,
+            env=run.env,
+            check=True,
+            capture_output=True,
+            timeout=300,
+        )
         rows = [{"prompt": f"w{i} x{i % 7} ->", "completion": f" x{i % 7} w{i}"} for i in range(64)]
         (jobdir / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
         run.cli("budget", "set", "default", "--cap-usd", f"{budget:.6f}")
-        stack = Stack(load_settings(run.env), run_dir=home / "run", flower=False, beat=True, worker_concurrency=4,
-                      extra_env=run.env)
+        stack = Stack(
+            load_settings(run.env),
+            run_dir=home / "run",
+            flower=False,
+            beat=True,
+            worker_concurrency=4,
+            extra_env=run.env,
+        )
         stack.start()
         run.env["TUNEHARNESS_BROKER_URL"] = run.env["TUNEHARNESS_RESULT_URL"] = stack.broker_url
         paths = []
@@ -220,8 +279,9 @@ def _sim_estimate(trace: Trace) -> float:
     return 2.0 * w.jobs * (pull + w.train_seconds) + 300.0 * min(len(trace.hosts), 20)
 
 
-def _await_jobs(run: _Run, ids: list[str], stack: Any, *, timeout_s: float | None, sim_budget_s: float,
-                say: Progress) -> dict[str, tuple[str, str]]:
+def _await_jobs(
+    run: _Run, ids: list[str], stack: Any, *, timeout_s: float | None, sim_budget_s: float, say: Progress
+) -> dict[str, tuple[str, str]]:
     """Wait until every job is done or failed (or the wall-clock bound passes); (phase, detail) each."""
     from app.db import make_engine
     from app.jobs import JobStore
@@ -241,8 +301,10 @@ def _await_jobs(run: _Run, ids: list[str], stack: Any, *, timeout_s: float | Non
         if all(p in ("done", "failed") for p, _ in phases.values()):
             return phases
         if time.monotonic() > deadline:
-            return {j: (p, d) if p in ("done", "failed") else ("failed", f"unfinished in phase {p} after {bound:.0f} s")
-                    for j, (p, d) in phases.items()}
+            return {
+                j: (p, d) if p in ("done", "failed") else ("failed", f"unfinished in phase {p} after {bound:.0f} s")
+                for j, (p, d) in phases.items()
+            }
         time.sleep(1.0)
 
 
@@ -253,8 +315,16 @@ def _ledger_rows(run: _Run) -> list[dict[str, Any]]:
     return [r.as_dict() for r in Ledger(make_engine(run.env["TUNEHARNESS_DB_URL"])).rows()]
 
 
-def _facts(run: _Run, ids: list[str], phases: Mapping[str, tuple[str, str]], clock: ScaledClock, *, t0: float,
-           end: float, budget_usd: float | None) -> dict[str, Any]:
+def _facts(
+    run: _Run,
+    ids: list[str],
+    phases: Mapping[str, tuple[str, str]],
+    clock: ScaledClock,
+    *,
+    t0: float,
+    end: float,
+    budget_usd: float | None,
+) -> dict[str, Any]:
     """What the control plane did, from its ledger and tables, in the simulated clock's seconds."""
     from app.db import make_engine
     from app.rentals import Rentals
@@ -266,8 +336,11 @@ def _facts(run: _Run, ids: list[str], phases: Mapping[str, tuple[str, str]], clo
     def sim(at: str) -> float:
         return clock.from_wall(datetime.fromisoformat(at).timestamp())
 
-    destroyed = [r["instance"] for r in rows if r["kind"] == "instance_destroyed" and r["instance"]
-                 and "verdict" in (r.get("payload") or {})]
+    destroyed = [
+        r["instance"]
+        for r in rows
+        if r["kind"] == "instance_destroyed" and r["instance"] and "verdict" in (r.get("payload") or {})
+    ]
     trainers: list[list[float]] = []
     for job in ids:
         mine = [r for r in rows if r["job"] == job]
@@ -287,10 +360,17 @@ def _facts(run: _Run, ids: list[str], phases: Mapping[str, tuple[str, str]], clo
         if start is not None:
             trainers.append([max(0.0, end - start), 0.0])
     # The policy's Recovered (the replacement handed the job), as the campaign simulator records it.
-    recoveries = [{"job": r["job"], "machine_id": r["payload"].get("machine_id"), "cause": r["payload"].get("cause"),
-                   "lost_at_s": round(float(r["payload"]["lost_at"]) - t0, 3),
-                   "resumed_at_s": round(float(r["payload"]["resumed_at"]) - t0, 3)}
-                  for r in rows if r["kind"] == "provisioning_recovered"]
+    recoveries = [
+        {
+            "job": r["job"],
+            "machine_id": r["payload"].get("machine_id"),
+            "cause": r["payload"].get("cause"),
+            "lost_at_s": round(float(r["payload"]["lost_at"]) - t0, 3),
+            "resumed_at_s": round(float(r["payload"]["resumed_at"]) - t0, 3),
+        }
+        for r in rows
+        if r["kind"] == "provisioning_recovered"
+    ]
     standby: dict[str, list[float | None]] = {}
     adopted = {h.instance_id: h.ended_at for h in Pool(engine).held(states=("adopted",))}
     for rental in Rentals(engine).all():
@@ -299,8 +379,17 @@ def _facts(run: _Run, ids: list[str], phases: Mapping[str, tuple[str, str]], clo
             standby[rental.instance_id] = [rental.created_at, stop]
     unfinished = {j: d or f"ended {p}" for j, (p, d) in phases.items() if p != "done"}
     return {
-        "policy": "guarded", "trace": run.trace_ref, "t0": t0, "end": end, "destroyed_on_failure": destroyed,
-        "trainers": trainers, "recoveries": recoveries, "finished": sum(1 for p, _ in phases.values() if p == "done"),
-        "unfinished": unfinished, "real_jobs": ids, "budget_usd": budget_usd,
-        "standby_hosts": 0, "standby_spans": standby,
+        "policy": "guarded",
+        "trace": run.trace_ref,
+        "t0": t0,
+        "end": end,
+        "destroyed_on_failure": destroyed,
+        "trainers": trainers,
+        "recoveries": recoveries,
+        "finished": sum(1 for p, _ in phases.values() if p == "done"),
+        "unfinished": unfinished,
+        "real_jobs": ids,
+        "budget_usd": budget_usd,
+        "standby_hosts": 0,
+        "standby_spans": standby,
     }

@@ -19,10 +19,27 @@ from providers.sim.trace import HostTruth
 __all__ = ["RECEIPT_FIELDS", "TrainerSpan", "is_dead_host", "p90", "receipt", "referee_receipt"]
 
 RECEIPT_FIELDS = (
-    "policy", "trace", "creates", "dead_hosts", "dead_host_cost_usd", "dead_host_mean_lifetime_s",
-    "good_hosts_destroyed", "jobs_completed", "jobs_failed", "total_cost_usd", "train_gpu_seconds",
-    "idle_gpu_seconds_billed", "recoveries", "recovery_median_s", "recovery_p90_s", "budget_usd",
-    "budget_exceeded", "sim_seconds", "standby_hosts", "standby_cost_usd", "unfinished_jobs",
+    "policy",
+    "trace",
+    "creates",
+    "dead_hosts",
+    "dead_host_cost_usd",
+    "dead_host_mean_lifetime_s",
+    "good_hosts_destroyed",
+    "jobs_completed",
+    "jobs_failed",
+    "total_cost_usd",
+    "train_gpu_seconds",
+    "idle_gpu_seconds_billed",
+    "recoveries",
+    "recovery_median_s",
+    "recovery_p90_s",
+    "budget_usd",
+    "budget_exceeded",
+    "sim_seconds",
+    "standby_hosts",
+    "standby_cost_usd",
+    "unfinished_jobs",
 )
 
 
@@ -61,9 +78,20 @@ class TrainerSpan:
 
 
 def receipt(
-    referee: SimReferee, *, end: float, t0: float, policy: str, trace: str, destroyed_on_failure: Iterable[str],
-    trainers: Iterable[TrainerSpan], recoveries: Sequence[Mapping[str, Any]], finished: int,
-    unfinished: Mapping[str, str], real_jobs: Sequence[str], budget_usd: float | None, standby_hosts: int,
+    referee: SimReferee,
+    *,
+    end: float,
+    t0: float,
+    policy: str,
+    trace: str,
+    destroyed_on_failure: Iterable[str],
+    trainers: Iterable[TrainerSpan],
+    recoveries: Sequence[Mapping[str, Any]],
+    finished: int,
+    unfinished: Mapping[str, str],
+    real_jobs: Sequence[str],
+    budget_usd: float | None,
+    standby_hosts: int,
     standby_spans: Mapping[str, tuple[float, float | None]],
 ) -> dict[str, Any]:
     """The receipt's documented fields, in order (RECEIPT_FIELDS)."""
@@ -74,8 +102,12 @@ def receipt(
     good_destroyed = 0
     for bill in bills:
         host = referee.host_of(bill.instance_id)
-        why = is_dead_host(bill.truth, offered_gpu=host.offer.gpu_name, offered_ram_gb=host.offer.gpu_ram_gb,
-                           pull_s=referee.pull_seconds(bill.instance_id))
+        why = is_dead_host(
+            bill.truth,
+            offered_gpu=host.offer.gpu_name,
+            offered_ram_gb=host.offer.gpu_ram_gb,
+            pull_s=referee.pull_seconds(bill.instance_id),
+        )
         if why is not None:
             dead_cost += bill.total_usd
             dead_life.append((bill.ended_at if bill.ended_at is not None else end) - bill.created_at)
@@ -119,10 +151,15 @@ def referee_receipt(referee: SimReferee, facts: Mapping[str, Any]) -> dict[str, 
     POST /v1/referee/receipt): the marketplace's referee prices it, as in the campaign simulator."""
     spans = facts.get("standby_spans") or {}
     return receipt(
-        referee, end=float(facts["end"]), t0=float(facts["t0"]), policy=str(facts.get("policy", "guarded")),
-        trace=str(facts.get("trace", "")), destroyed_on_failure=[str(i) for i in facts.get("destroyed_on_failure", [])],
+        referee,
+        end=float(facts["end"]),
+        t0=float(facts["t0"]),
+        policy=str(facts.get("policy", "guarded")),
+        trace=str(facts.get("trace", "")),
+        destroyed_on_failure=[str(i) for i in facts.get("destroyed_on_failure", [])],
         trainers=[TrainerSpan(float(t), float(i)) for t, i in facts.get("trainers", [])],
-        recoveries=list(facts.get("recoveries", [])), finished=int(facts.get("finished", 0)),
+        recoveries=list(facts.get("recoveries", [])),
+        finished=int(facts.get("finished", 0)),
         unfinished={str(k): str(v) for k, v in (facts.get("unfinished") or {}).items()},
         real_jobs=[str(j) for j in facts.get("real_jobs", [])],
         budget_usd=None if facts.get("budget_usd") is None else float(facts["budget_usd"]),

@@ -18,8 +18,16 @@ from dataclasses import dataclass
 
 from app.policy.supervision import TrainerExit
 
-__all__ = ["CUDA_ERROR", "HEARTBEAT_S", "OOM_ERROR", "OOM_S", "TRAINER_CRASH_S", "TRAINER_START_S", "SimTrainer",
-           "TrainerView"]
+__all__ = [
+    "CUDA_ERROR",
+    "HEARTBEAT_S",
+    "OOM_ERROR",
+    "OOM_S",
+    "TRAINER_CRASH_S",
+    "TRAINER_START_S",
+    "SimTrainer",
+    "TrainerView",
+]
 
 # A trainer's start on a host before its first step: the interpreter, torch, transformers, peft,
 # loading (and quantizing) the base model. The H200 runs measured 13-17 s for a 0.36 B model
@@ -100,9 +108,17 @@ class SimTrainer:
         """The trainer's files and process as the supervisor would find them at `now`."""
         work, ckpt = self.work_at(now), self.checkpoint_at(now)
         if work >= self.train_s - 1e-9:
-            return TrainerView(False, "finished", work, ckpt, now, int(TrainerExit.FINISHED),
-                               f"finished step={work:.0f} max_steps={self.train_s:.0f}")
+            return TrainerView(
+                False,
+                "finished",
+                work,
+                ckpt,
+                now,
+                int(TrainerExit.FINISHED),
+                f"finished step={work:.0f} max_steps={self.train_s:.0f}",
+            )
         if self.fails_at is not None and now >= self.fails_at:
-            return TrainerView(False, "failed", work, ckpt, self.fails_at, int(TrainerExit.FAILED),
-                               self.fail_error or "trainer failed")
+            return TrainerView(
+                False, "failed", work, ckpt, self.fails_at, int(TrainerExit.FAILED), self.fail_error or "trainer failed"
+            )
         return TrainerView(True, "training", work, ckpt, now, None, f"step={work:.0f} max_steps={self.train_s:.0f}")

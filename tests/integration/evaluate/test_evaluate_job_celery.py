@@ -53,7 +53,8 @@ for line in sys.stdin:
 
 
 def test_evaluate_job_through_a_real_worker_ends_the_job_done_with_the_decision(
-        th_env: dict[str, str], th_home: Path, tmp_path: Path) -> None:
+    th_env: dict[str, str], th_home: Path, tmp_path: Path
+) -> None:
     """Given a gated job whose two seed adapters are in the store, when a worker runs evaluate_job, then
     the job is done and refused (the rules baseline is perfect), the trial is recorded and in gate history."""
     base, adapters = train_tiny_adapters(tmp_path / "trained", (1,), steps=2)
@@ -64,8 +65,9 @@ def test_evaluate_job_through_a_real_worker_ends_the_job_done_with_the_decision(
     (d / "train.jsonl").write_text('{"prompt": "a", "completion": "b"}\n')
     (d / "rules.py").write_text(RULES)  # relative to the job file: commands run in its directory
     (d / "gate.json").write_text(json.dumps({"metric": "accuracy", "model": "words", "baseline_name": "rules"}))
-    rows = [{"id": f"h{i}", "slice": "heldout", "prompt": f"w{i} x{i % 3} ->", "expected": f" x{i % 3}"}
-            for i in range(4)]
+    rows = [
+        {"id": f"h{i}", "slice": "heldout", "prompt": f"w{i} x{i % 3} ->", "expected": f" x{i % 3}"} for i in range(4)
+    ]
     (d / "eval.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     spec = parse_job_text(JOB.format(base=base, python=sys.executable), source=str(d / "job.yaml"), base_dir=d)
 
@@ -87,8 +89,9 @@ def test_evaluate_job_through_a_real_worker_ends_the_job_done_with_the_decision(
         client = Celery("test", broker=th_env["TUNEHARNESS_BROKER_URL"])
         client.send_task("tuneharness.evaluate.evaluate_job", args=[job], queue="evaluate")
         client.send_task("tuneharness.evaluate.evaluate_job", args=[job], queue="evaluate")  # a duplicate
-        assert wait_until(lambda: jobs.get(job).phase == "done", timeout_s=300, interval_s=0.5), \
-            worker.log.read_text()[-3000:]  # type: ignore[union-attr]
+        assert wait_until(lambda: jobs.get(job).phase == "done", timeout_s=300, interval_s=0.5), worker.log.read_text()[
+            -3000:
+        ]  # type: ignore[union-attr]
     finally:
         worker.stop()
 

@@ -15,9 +15,22 @@ def _beat(env: dict[str, str], home: Path, name: str) -> tuple[subprocess.Popen[
     log = home / f"{name}.log"
     with log.open("wb") as fh:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "celery", "-A", "workers.celery_app", "beat", "--loglevel", "INFO",
-             "-s", str(home / f"{name}-schedule")],
-            env=env, cwd=REPO, stdout=fh, stderr=subprocess.STDOUT,
+            [
+                sys.executable,
+                "-m",
+                "celery",
+                "-A",
+                "workers.celery_app",
+                "beat",
+                "--loglevel",
+                "INFO",
+                "-s",
+                str(home / f"{name}-schedule"),
+            ],
+            env=env,
+            cwd=REPO,
+            stdout=fh,
+            stderr=subprocess.STDOUT,
         )
     return proc, log
 

@@ -59,7 +59,10 @@ def test_worker_refuses_to_start_when_visibility_timeout_is_too_short(th_env: di
     env = {**th_env, "PYTHONPATH": f"{tmp_path}{os.pathsep}{th_env['PYTHONPATH']}"}
     proc = subprocess.run(
         [sys.executable, "-m", "celery", "-A", "shortvt:app", "worker", "-Q", "maintenance", "--pool", "solo"],
-        env=env, capture_output=True, text=True, timeout=120,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert proc.returncode != 0
     assert "visibility timeout 60s is not longer than" in proc.stdout + proc.stderr

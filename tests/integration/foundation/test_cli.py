@@ -62,8 +62,17 @@ def test_budget_set_show_and_empty_note_refused(cli: Cli) -> None:
     """Caps are set explicitly and shown; an empty note is a user error."""
     assert cli("budget", "set", "default", "--cap-usd", "25").returncode == 0
     shown = json.loads(cli("budget", "show", "--json").stdout)
-    assert shown == [{"name": "default", "cap_usd": 25.0, "reserved_usd": 0.0, "spent_usd": 0.0, "left_usd": 25.0,
-                      "unit": "usd", "period": "total"}]
+    assert shown == [
+        {
+            "name": "default",
+            "cap_usd": 25.0,
+            "reserved_usd": 0.0,
+            "spent_usd": 0.0,
+            "left_usd": 25.0,
+            "unit": "usd",
+            "period": "total",
+        }
+    ]
     assert cli("budget", "set", "gpu-minutes-day", "--cap-gpu-minutes", "120").returncode == 0
     assert cli("budget", "set", "day").returncode == 2
     out = cli("ledger", "note", "  ")

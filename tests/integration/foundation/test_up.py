@@ -30,8 +30,13 @@ def test_up_starts_redis_worker_beat_flower_and_ctrl_c_stops_them(th_env: dict[s
     }
     log = th_home / "up.out"
     with log.open("w") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "app.cli.main", "up", "--concurrency", "1"],
-                                env=env, cwd=REPO, stdout=out, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "app.cli.main", "up", "--concurrency", "1"],
+            env=env,
+            cwd=REPO,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
     run_dir = th_home / "run"
     try:
         assert wait_until(lambda: "running; Ctrl-C" in log.read_text() or proc.poll() is not None, timeout_s=90)

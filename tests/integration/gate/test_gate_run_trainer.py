@@ -28,7 +28,14 @@ def adapters(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("gate-trainer")
     env = _env(root / "home")
     tiny = root / "tiny"
-    subprocess.run([sys.executable, "-m", "trainer", "make-tiny-model", str(tiny)], env=env, cwd=REPO, check=True, capture_output=True, timeout=300)
+    subprocess.run(
+        [sys.executable, "-m", "trainer", "make-tiny-model", str(tiny)],
+        env=env,
+        cwd=REPO,
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
     job = root / "job"
     subprocess.run(
         [sys.executable, "-c", (
@@ -37,7 +44,14 @@ def adapters(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         ), str(job), str(tiny)],
         env=env, cwd=REPO, check=True, capture_output=True, timeout=120,
     )  # fmt: skip
-    done = subprocess.run([sys.executable, "-m", "trainer", "run", "--job-dir", str(job)], env=env, cwd=REPO, capture_output=True, text=True, timeout=600)
+    done = subprocess.run(
+        [sys.executable, "-m", "trainer", "run", "--job-dir", str(job)],
+        env=env,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     second = root / "adapter-seed-2"
     shutil.copytree(job / "adapter", second)
@@ -63,7 +77,9 @@ def test_gate_run_with_trainer_adapters_writes_and_judges_a_trial(adapters: dict
         "    print(json.dumps({'id': r['id'], 'predicted': ' ' + ' '.join(reversed(words))}))\n"
     )
     cfg = tmp_path / "gate.json"
-    cfg.write_text(json.dumps({"metric": "accuracy", "model": "reverser", "task": "reverse words", "baseline_name": "rules"}))
+    cfg.write_text(
+        json.dumps({"metric": "accuracy", "model": "reverser", "task": "reverse words", "baseline_name": "rules"})
+    )
     out = tmp_path / "trial"
     p = subprocess.run(
         [sys.executable, "-m", "app.cli.main", "gate", "run", "--out", str(out), "--config", str(cfg),

@@ -29,11 +29,14 @@ def vast() -> FakeVast:
         yield fake  # type: ignore[misc]
 
 
-
-
 def _setup(th_env: dict[str, str], vast: FakeVast, tmp_path: Path) -> tuple[dict[str, str], Rentals, VastMarket]:
-    env = {**th_env, "VAST_API_URL": vast.url, "VAST_API_KEY": vast.api_key,
-           "TUNEHARNESS_PROVIDER_BACKOFF_S": "0", "TUNEHARNESS_CHAOS_DIR": str(tmp_path / "chaos")}
+    env = {
+        **th_env,
+        "VAST_API_URL": vast.url,
+        "VAST_API_KEY": vast.api_key,
+        "TUNEHARNESS_PROVIDER_BACKOFF_S": "0",
+        "TUNEHARNESS_CHAOS_DIR": str(tmp_path / "chaos"),
+    }
     (tmp_path / "chaos").mkdir()
     engine = make_engine(load_settings(env).db_url)
     init_db(engine)
@@ -47,8 +50,17 @@ def _plan(rentals: Rentals, market: VastMarket, vast: FakeVast, job: str) -> str
     offer = next(o for o in market.search_offers(OfferQuery(limit=1000)) if o.offer_id == oid)
     import time
 
-    return rentals.plan(job=job, attempt=1, offer=offer, disk_gb=20, ttl_s=3600, now=time.time(),
-                        reserve_usd=1.0, budget_name="default", spec=SPEC).id
+    return rentals.plan(
+        job=job,
+        attempt=1,
+        offer=offer,
+        disk_gb=20,
+        ttl_s=3600,
+        now=time.time(),
+        reserve_usd=1.0,
+        budget_name="default",
+        spec=SPEC,
+    ).id
 
 
 @pytest.mark.slow
@@ -59,15 +71,17 @@ def test_kill_9_at_each_step_of_a_create_never_creates_twice(
     """The worker process dies at `step` 10 times; each job still ends with exactly one instance."""
     env, rentals, market = _setup(th_env, vast, tmp_path)
     env["TUNEHARNESS_CHAOS_KILL_AT"] = step
-    worker = CeleryWorker.start(env, cwd=REPO, queues="provision", concurrency=2, name=f"chaos-{step}",
-                                 app="support.rent_task")
+    worker = CeleryWorker.start(
+        env, cwd=REPO, queues="provision", concurrency=2, name=f"chaos-{step}", app="support.rent_task"
+    )
     client = celery_client(env)
     try:
         ids = [_plan(rentals, market, vast, f"job-{step.replace('_', '')}-{i}") for i in range(ROUNDS)]
         for rid in ids:
             client.send_task("tuneharness.provision.rent", args=[rid], queue="provision")
-        assert wait_until(lambda: all((r := rentals.get(rid)) is not None and r.instance_id for rid in ids),
-                          timeout_s=240), worker.log.read_text()[-3000:]
+        assert wait_until(
+            lambda: all((r := rentals.get(rid)) is not None and r.instance_id for rid in ids), timeout_s=240
+        ), worker.log.read_text()[-3000:]
     finally:
         worker.stop()
     kills = list((tmp_path / "chaos").iterdir())
@@ -91,8 +105,9 @@ def test_a_worker_killed_whole_after_the_provider_accepted_is_caught_by_one_reco
     """SIGKILL to the whole worker between accept and record: the next reconcile stops the instance."""
     env, rentals, market = _setup(th_env, vast, tmp_path)
     env.update(TUNEHARNESS_CHAOS_KILL_AT="after_provider_accepted", TUNEHARNESS_CHAOS_WHOLE_WORKER="1")
-    worker = CeleryWorker.start(env, cwd=REPO, queues="provision", concurrency=1, name="chaos-whole",
-                                 app="support.rent_task")
+    worker = CeleryWorker.start(
+        env, cwd=REPO, queues="provision", concurrency=1, name="chaos-whole", app="support.rent_task"
+    )
     rid = _plan(rentals, market, vast, "job-whole")
     celery_client(env).send_task("tuneharness.provision.rent", args=[rid], queue="provision")
     assert wait_until(lambda: worker.proc.poll() is not None, timeout_s=120)

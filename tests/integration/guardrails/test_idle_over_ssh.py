@@ -42,7 +42,9 @@ def test_gpu_util_is_read_over_ssh_and_missing_tools_read_as_unknown(sshd_factor
 def test_a_vendor_zero_does_not_stop_a_gpu_that_nvidia_smi_sees_busy(sshd_factory, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     """The vendor reports 0% (a hung host in the sim), nvidia-smi over SSH says 87%: not idle."""
     keys = generate_keypair(tmp_path / "keys")
-    server = sshd_factory(keys.public_key, env={"PATH": f"{_fake_nvidia_smi(tmp_path / 'bin', '87')}:{os.environ['PATH']}"})
+    server = sshd_factory(
+        keys.public_key, env={"PATH": f"{_fake_nvidia_smi(tmp_path / 'bin', '87')}:{os.environ['PATH']}"}
+    )
     engine = make_engine(f"sqlite:///{tmp_path / 'th.db'}")
     init_db(engine)
     rentals = Rentals(engine)

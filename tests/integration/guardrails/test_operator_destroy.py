@@ -34,8 +34,17 @@ def test_bulk_destroy_of_stopped_instances_lists_storage_and_needs_confirmation(
         for i in range(3):
             oid = vast.add_offer(storage_cost=0.2)
             offer = next(o for o in market.search_offers(OfferQuery(limit=1000)) if o.offer_id == oid)
-            plan = rentals.plan(job=f"j{i}", attempt=1, offer=offer, disk_gb=50, ttl_s=3600,
-                                now=time.time() - 7200, reserve_usd=1.0, budget_name="default", spec=SPEC)
+            plan = rentals.plan(
+                job=f"j{i}",
+                attempt=1,
+                offer=offer,
+                disk_gb=50,
+                ttl_s=3600,
+                now=time.time() - 7200,
+                reserve_usd=1.0,
+                budget_name="default",
+                spec=SPEC,
+            )
             ids.append(rentals.execute(plan.id, market=market, now=time.time() - 7200).id)
         for rid in ids[:2]:  # two stopped two hours ago; the third keeps running
             rentals.stop(rid, market=market, reason="idle", kind="instance_stopped", now=time.time() - 7000)

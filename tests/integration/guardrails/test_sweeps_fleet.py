@@ -21,13 +21,16 @@ REPO = Path(__file__).resolve().parents[3]
 SPEC = LaunchSpec(image="img", disk_gb=20, label="", ssh_public_key="ssh-ed25519 AAAA t")
 
 
-
-
 @pytest.fixture
 def fleet(th_env: dict[str, str]):  # type: ignore[no-untyped-def]
     with FakeVast(offers=[]) as vast:
-        env = {**th_env, "VAST_API_URL": vast.url, "VAST_API_KEY": vast.api_key,
-               "TUNEHARNESS_PROVIDER_BACKOFF_S": "0", "TUNEHARNESS_IDLE_GRACE_S": "1800"}
+        env = {
+            **th_env,
+            "VAST_API_URL": vast.url,
+            "VAST_API_KEY": vast.api_key,
+            "TUNEHARNESS_PROVIDER_BACKOFF_S": "0",
+            "TUNEHARNESS_IDLE_GRACE_S": "1800",
+        }
         engine = make_engine(load_settings(env).db_url)
         init_db(engine)
         rentals = Rentals(engine)
@@ -46,8 +49,17 @@ def test_two_watchdogs_reapers_and_reconcilers_at_once_stop_each_instance_once(f
     rentals.budget.set_cap("default", 1000.0)
     long_ago = time.time() - 7200
     for i in range(20):
-        plan = rentals.plan(job=f"j{i}", attempt=1, offer=_offer(vast, market), disk_gb=20, ttl_s=3600,
-                            now=long_ago, reserve_usd=1.0, budget_name="default", spec=SPEC)
+        plan = rentals.plan(
+            job=f"j{i}",
+            attempt=1,
+            offer=_offer(vast, market),
+            disk_gb=20,
+            ttl_s=3600,
+            now=long_ago,
+            reserve_usd=1.0,
+            budget_name="default",
+            spec=SPEC,
+        )
         r = rentals.execute(plan.id, market=market, now=long_ago)
         vast.boot(r.instance_id or "")  # running, GPU at 0%
         rentals.note_utilisation(r.id, gpu_util=0.0, idle_since=long_ago)
@@ -79,8 +91,17 @@ def test_twenty_concurrent_creates_against_a_budget_that_fits_two(fleet) -> None
     def one(i: int) -> None:
         barrier.wait()
         try:
-            p = rentals.plan(job=f"c{i}", attempt=1, offer=offers[i], disk_gb=20, ttl_s=3600, now=time.time(),
-                             reserve_usd=1.0, budget_name="default", spec=SPEC)
+            p = rentals.plan(
+                job=f"c{i}",
+                attempt=1,
+                offer=offers[i],
+                disk_gb=20,
+                ttl_s=3600,
+                now=time.time(),
+                reserve_usd=1.0,
+                budget_name="default",
+                spec=SPEC,
+            )
         except BudgetExceeded:
             return
         with lock:
@@ -91,8 +112,9 @@ def test_twenty_concurrent_creates_against_a_budget_that_fits_two(fleet) -> None
         t.start()
     for t in threads:
         t.join(timeout=60)
-    worker = CeleryWorker.start(env, cwd=REPO, queues="provision", concurrency=2, name="creates",
-                                 app="support.rent_task")
+    worker = CeleryWorker.start(
+        env, cwd=REPO, queues="provision", concurrency=2, name="creates", app="support.rent_task"
+    )
     try:
         client = celery_client(env)
         for res in [client.send_task("tuneharness.provision.rent", args=[p], queue="provision") for p in planned]:

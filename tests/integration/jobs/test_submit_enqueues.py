@@ -25,8 +25,15 @@ def test_submit_records_and_enqueues(th_env: dict[str, str], tmp_path: Path, red
     before = r.llen("provision")
 
     def cli(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "app.cli.main", *args], cwd=ROOT, env=th_env,
-                              capture_output=True, text=True, timeout=120, check=False)
+        return subprocess.run(
+            [sys.executable, "-m", "app.cli.main", *args],
+            cwd=ROOT,
+            env=th_env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
 
     out = cli("submit", str(job))
     assert out.returncode == 0, out.stderr

@@ -1,4 +1,5 @@
-"""`tuneharness submit` of a job with a gate against a real Redis: one training run per seed is recorded and enqueued."""
+"""`tuneharness submit` of a job with a gate against a real Redis: one training run per seed is
+recorded and enqueued."""
 
 from __future__ import annotations
 
@@ -25,8 +26,15 @@ def test_a_gated_job_is_submitted_as_one_run_per_seed(th_env: dict[str, str], tm
     before = r.llen("provision")
 
     def cli(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "app.cli.main", *args], cwd=ROOT, env=th_env,
-                              capture_output=True, text=True, timeout=120, check=False)
+        return subprocess.run(
+            [sys.executable, "-m", "app.cli.main", *args],
+            cwd=ROOT,
+            env=th_env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
 
     out = cli("submit", str(job))
     assert out.returncode == 0, out.stderr

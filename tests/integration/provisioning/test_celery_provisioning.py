@@ -16,7 +16,8 @@ JOB = "name: smoke-job\n" + train_section("none") + sim_needs_section()
 
 
 def test_frozen_fatal_and_stale_hosts_are_caught_and_the_job_lands_on_the_healthy_one(
-    th_env: dict[str, str], tmp_path: Path,
+    th_env: dict[str, str],
+    tmp_path: Path,
 ) -> None:
     """submit -> provision -> watch_boot -> preflight over SSH: three duds destroyed and quarantined, one hand-over."""
     with sim_fleet(th_env, tmp_path, trace="smoke", scale=SCALE, name="prov", job_text=JOB) as fleet:

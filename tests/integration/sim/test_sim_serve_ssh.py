@@ -29,12 +29,21 @@ TRACE = {
     "name": "ssh-it",
     "workload": {"image_gb": 2, "model_gb": 1, "disk_gb": 20},
     "hosts": [
-        {"machine_id": "m-good", "offer": {"gpu_name": "RTX 3090", "gpu_ram_gb": 24, "dph": 0.20},
-         "truth": {"pull_mbps": 400}},
-        {"machine_id": "m-stale", "offer": {"gpu_name": "RTX 3090", "gpu_ram_gb": 24, "dph": 0.10},
-         "truth": {"pull_mbps": 400, "computes": False, "actual_gpu_ram_gb": 20}},
-        {"machine_id": "m-dies", "offer": {"gpu_name": "RTX 4090", "gpu_ram_gb": 24, "dph": 0.30},
-         "truth": {"pull_mbps": 400, "dies_at_s": 300}},
+        {
+            "machine_id": "m-good",
+            "offer": {"gpu_name": "RTX 3090", "gpu_ram_gb": 24, "dph": 0.20},
+            "truth": {"pull_mbps": 400},
+        },
+        {
+            "machine_id": "m-stale",
+            "offer": {"gpu_name": "RTX 3090", "gpu_ram_gb": 24, "dph": 0.10},
+            "truth": {"pull_mbps": 400, "computes": False, "actual_gpu_ram_gb": 20},
+        },
+        {
+            "machine_id": "m-dies",
+            "offer": {"gpu_name": "RTX 4090", "gpu_ram_gb": 24, "dph": 0.30},
+            "truth": {"pull_mbps": 400, "dies_at_s": 300},
+        },
     ],
 }
 
@@ -58,9 +67,26 @@ def sim_server(tmp_path: Path) -> Iterator[tuple[SimClientMarket, Path]]:
     url_file = tmp_path / "url"
     env = {**os.environ, "TUNEHARNESS_HOME": str(tmp_path / "home")}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "app.cli.main", "sim", "serve", "--trace", str(trace), "--scale", str(SCALE),
-         "--root", str(tmp_path / "sim"), "--url-file", str(url_file)],
-        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        [
+            sys.executable,
+            "-m",
+            "app.cli.main",
+            "sim",
+            "serve",
+            "--trace",
+            str(trace),
+            "--scale",
+            str(SCALE),
+            "--root",
+            str(tmp_path / "sim"),
+            "--url-file",
+            str(url_file),
+        ],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
     )
     try:
         assert wait_until(lambda: url_file.exists() or proc.poll() is not None, timeout_s=30)
@@ -115,7 +141,9 @@ def test_sim_host_runs_commands_over_ssh_then_refuses_after_destroy_and_death(
         assert r.stdout.strip().endswith("/sandbox")
         preflight = shell.run("python -m trainer preflight", timeout_s=60)
         assert preflight.exit_code == 0, preflight.stderr
-        assert same_observation(json.loads(preflight.stdout.strip().splitlines()[-1]), preflight_report(market_truth(good)))
+        assert same_observation(
+            json.loads(preflight.stdout.strip().splitlines()[-1]), preflight_report(market_truth(good))
+        )
     assert pin.get() is not None
 
     assert wait_until(lambda: market.status(stale).state == "running", timeout_s=20)
@@ -127,7 +155,9 @@ def test_sim_host_runs_commands_over_ssh_then_refuses_after_destroy_and_death(
         assert "CUDA driver version is insufficient" in truth["cuda_error"]
         preflight = shell.run("python -m trainer preflight", timeout_s=60)
         assert preflight.exit_code == 1
-        assert same_observation(json.loads(preflight.stdout.strip().splitlines()[-1]), preflight_report(market_truth(stale)))
+        assert same_observation(
+            json.loads(preflight.stdout.strip().splitlines()[-1]), preflight_report(market_truth(stale))
+        )
 
     # destroy: SSH refused at once, the machine is listed again
     market.destroy(good)
@@ -172,7 +202,13 @@ def test_sim_serve_refuses_bad_input_with_one_line(tmp_path: Path) -> None:
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps({**TRACE, "hosts": [{"machine_id": "m", "offer": {"gpu_name": "x", "dph": 1}}]}))
     for args, named in ((["--trace", str(bad)], "hosts[0].offer.gpu_ram_gb"), (["--scale", "0"], "--scale")):
-        r = subprocess.run([sys.executable, "-m", "app.cli.main", "sim", "serve", *args], cwd=ROOT,
-                           capture_output=True, text=True, timeout=60, env={**os.environ, "TUNEHARNESS_HOME": str(tmp_path)})
+        r = subprocess.run(
+            [sys.executable, "-m", "app.cli.main", "sim", "serve", *args],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env={**os.environ, "TUNEHARNESS_HOME": str(tmp_path)},
+        )
         assert r.returncode == 2 and "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
         assert named in r.stderr

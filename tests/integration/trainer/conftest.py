@@ -38,7 +38,14 @@ def run_trainer() -> Callable[..., subprocess.CompletedProcess[str]]:
     """Run `python -m trainer ARGS` as a separate process and return its result."""
 
     def _run(*args: str, env: dict[str, str] | None = None, timeout: float = 180) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "trainer", *args], cwd=REPO, env=env or _env(),
-                              capture_output=True, text=True, timeout=timeout, check=False)
+        return subprocess.run(
+            [sys.executable, "-m", "trainer", *args],
+            cwd=REPO,
+            env=env or _env(),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
 
     return _run

@@ -50,8 +50,14 @@ class LocalHostShell:
 @pytest.fixture(scope="module")
 def host_job(tmp_path_factory: pytest.TempPathFactory, tiny_model: Path) -> Path:
     """A finished job on the 'host': checkpoints 2 and 4 and the final adapter."""
-    job = write_causal_job(tmp_path_factory.mktemp("host") / "job", base_model=tiny_model, max_steps=4,
-                           checkpoint_every=2, warmup_steps=0, eval_file=None)
+    job = write_causal_job(
+        tmp_path_factory.mktemp("host") / "job",
+        base_model=tiny_model,
+        max_steps=4,
+        checkpoint_every=2,
+        warmup_steps=0,
+        eval_file=None,
+    )
     assert run_job(job) == EXIT_FINISHED
     return job
 
@@ -61,8 +67,11 @@ def s3_store(monkeypatch: pytest.MonkeyPatch) -> Iterator[ArtifactStore]:
     """An S3ArtifactStore on a real moto S3 server on 127.0.0.1 (ephemeral port)."""
     from moto.server import ThreadedMotoServer
 
-    for var, value in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
-                       "AWS_DEFAULT_REGION": "us-east-1"}.items():
+    for var, value in {
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": "us-east-1",
+    }.items():
         monkeypatch.setenv(var, value)
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
@@ -85,8 +94,9 @@ def _with_partial(host_job: Path, tmp_path: Path) -> Path:
 
 
 @pytest.mark.parametrize("kind", ["local", "s3"])
-def test_pull_only_complete_checkpoints_then_fetch_verified(kind: str, tmp_path: Path, host_job: Path,
-                                                            request: pytest.FixtureRequest) -> None:
+def test_pull_only_complete_checkpoints_then_fetch_verified(
+    kind: str, tmp_path: Path, host_job: Path, request: pytest.FixtureRequest
+) -> None:
     """Complete checkpoints and the adapter are pulled, the incomplete one is not, and they come back intact."""
     store = LocalArtifactStore(tmp_path / "store") if kind == "local" else request.getfixturevalue("s3_store")
     job = _with_partial(host_job, tmp_path)

@@ -30,8 +30,11 @@ def s3(monkeypatch: pytest.MonkeyPatch) -> Iterator[S3ArtifactStore]:
     """An S3ArtifactStore on a moto S3 server on 127.0.0.1 (ephemeral port), bucket created."""
     from moto.server import ThreadedMotoServer
 
-    for var, value in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
-                       "AWS_DEFAULT_REGION": "us-east-1"}.items():
+    for var, value in {
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": "us-east-1",
+    }.items():
         monkeypatch.setenv(var, value)
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
@@ -45,14 +48,16 @@ def s3(monkeypatch: pytest.MonkeyPatch) -> Iterator[S3ArtifactStore]:
 
 
 def _job(tmp_path: Path, tiny_model: Path, grant: dict[str, object]) -> Path:
-    job = write_causal_job(tmp_path / "job", base_model=tiny_model, max_steps=4, checkpoint_every=2,
-                           warmup_steps=0, eval_file=None)
+    job = write_causal_job(
+        tmp_path / "job", base_model=tiny_model, max_steps=4, checkpoint_every=2, warmup_steps=0, eval_file=None
+    )
     (job / "push.json").write_text(json.dumps(grant))
     return job
 
 
-def test_encrypted_push_lands_under_job_prefix_as_ciphertext(tmp_path: Path, tiny_model: Path,
-                                                             s3: S3ArtifactStore) -> None:
+def test_encrypted_push_lands_under_job_prefix_as_ciphertext(
+    tmp_path: Path, tiny_model: Path, s3: S3ArtifactStore
+) -> None:
     """Checkpoints and the adapter are pushed under jobs/<job>/ sealed; the control plane's key opens them."""
     grant, key = grant_push(s3, job="job-7", now=time.time(), expires_s=300, encrypt=True)
     assert key is not None and grant.key_prefix == "runs/jobs/job-7/"
@@ -77,7 +82,8 @@ def test_encrypted_push_lands_under_job_prefix_as_ciphertext(tmp_path: Path, tin
 
 
 def test_plain_push_and_expired_grant(tmp_path: Path, tiny_model: Path, s3: S3ArtifactStore) -> None:
-    """An unencrypted push is fetched and verified as is; an expired grant pushes nothing and training still finishes."""
+    """An unencrypted push is fetched and verified as is; an expired grant pushes nothing and
+    training still finishes."""
     grant, key = grant_push(s3, job="plain", now=time.time(), expires_s=300)
     assert key is None
     job = _job(tmp_path / "a", tiny_model, grant.to_json())

@@ -30,8 +30,9 @@ def _assert_reported(job: Path, *, previous_step: int) -> None:
     assert last is not None and last[1] == "failed" and "No space left" in last[2]["reason"]
 
 
-def test_enospc_at_the_file_write_keeps_previous_checkpoint(tmp_path: Path, tiny_model: Path,
-                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+def test_enospc_at_the_file_write_keeps_previous_checkpoint(
+    tmp_path: Path, tiny_model: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """ENOSPC injected at the durable write of checkpoint 4 leaves checkpoint 2 loadable; exit 5."""
     job = write_causal_job(tmp_path / "job", base_model=tiny_model, max_steps=6, checkpoint_every=2)
     real_write = ckpt.write_bytes
@@ -54,8 +55,12 @@ def small_tmpfs(tmp_path: Path) -> Iterator[Callable[[int], Path]]:
     def mount(size_bytes: int) -> Path:
         point = tmp_path / "tmpfs"
         point.mkdir()
-        result = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size_bytes}", "tmpfs", str(point)],
-                                capture_output=True, text=True, check=False)
+        result = subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", f"size={size_bytes}", "tmpfs", str(point)],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
         if result.returncode != 0:
             pytest.skip(f"cannot mount a tmpfs here: {result.stderr.strip()}")
         mounted.append(point)
@@ -67,16 +72,22 @@ def small_tmpfs(tmp_path: Path) -> Iterator[Callable[[int], Path]]:
 
 
 @pytest.mark.slow
-def test_real_full_tmpfs_keeps_previous_checkpoint(tmp_path: Path, tiny_model: Path, run_trainer: Callable[
-        ..., subprocess.CompletedProcess[str]], small_tmpfs: Callable[[int], Path]) -> None:
+def test_real_full_tmpfs_keeps_previous_checkpoint(
+    tmp_path: Path,
+    tiny_model: Path,
+    run_trainer: Callable[..., subprocess.CompletedProcess[str]],
+    small_tmpfs: Callable[[int], Path],
+) -> None:
     """On a real tmpfs with room for one checkpoint, the second fails with ENOSPC and the first survives."""
-    probe = write_causal_job(tmp_path / "probe", base_model=tiny_model, max_steps=1, checkpoint_every=1, warmup_steps=0,
-                             eval_file=None)
+    probe = write_causal_job(
+        tmp_path / "probe", base_model=tiny_model, max_steps=1, checkpoint_every=1, warmup_steps=0, eval_file=None
+    )
     assert run_job(probe) == 0
     one = sum(p.stat().st_size for p in (probe / "checkpoints").rglob("*") if p.is_file())
     mnt = small_tmpfs(int(one * 1.5) + 64 * 1024)  # job files and logs fit, two checkpoints do not
-    job = write_causal_job(mnt / "job", base_model=tiny_model, max_steps=20, checkpoint_every=1,
-                           eval_file=None, keep_checkpoints=5)
+    job = write_causal_job(
+        mnt / "job", base_model=tiny_model, max_steps=20, checkpoint_every=1, eval_file=None, keep_checkpoints=5
+    )
     (job / "eval.jsonl").unlink()
     result = run_trainer("run", "--job-dir", str(job))
     assert result.returncode == EXIT_DISK_FULL, result.stdout + result.stderr

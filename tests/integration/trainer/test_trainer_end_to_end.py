@@ -42,11 +42,12 @@ def test_causal_nf4_job_trains_and_predicts(tmp_path: Path, tiny_model: Path, ru
     assert {"loss", "lr", "grad_norm", "tokens_per_s", "samples_per_s", "elapsed_s"} <= set(step_lines[0])
     assert _last_line(job)[0] == "finished"
 
-    rows = write_jsonl(tmp_path / "in.jsonl", [{"id": 1, "prompt": "red cat ->"},
-                                                {"id": "two", "messages": [{"role": "user", "content": "a b"}]}])
+    rows = write_jsonl(
+        tmp_path / "in.jsonl",
+        [{"id": 1, "prompt": "red cat ->"}, {"id": "two", "messages": [{"role": "user", "content": "a b"}]}],
+    )
     out = tmp_path / "preds.jsonl"
-    code = main_predict(job_dir=job, base_model=None, adapter=None, input_path=rows, output_path=out,
-                        max_new_tokens=4)
+    code = main_predict(job_dir=job, base_model=None, adapter=None, input_path=rows, output_path=out, max_new_tokens=4)
     assert code == 0
     preds = [json.loads(x) for x in out.read_text().splitlines()]
     assert [p["id"] for p in preds] == [1, "two"]
@@ -56,15 +57,27 @@ def test_causal_nf4_job_trains_and_predicts(tmp_path: Path, tiny_model: Path, ru
 @pytest.mark.slow
 def test_classification_minilm_nf4_trains_and_predicts(tmp_path: Path, run_trainer: Run) -> None:
     """A MiniLM NF4 classification job stores its labels; predict (explicit base + adapter) scores each."""
-    job = write_classification_job(tmp_path / "job", base_model=minilm_path(), max_steps=6,
-                                   checkpoint_every=3, learning_rate=5e-3)
+    job = write_classification_job(
+        tmp_path / "job", base_model=minilm_path(), max_steps=6, checkpoint_every=3, learning_rate=5e-3
+    )
     assert run_job(job) == 0
     assert json.loads((job / "adapter" / "labels.json").read_text()) == ["negative", "positive"]
-    rows = write_jsonl(tmp_path / "in.jsonl", [{"id": i, "text": t} for i, t in
-                                                enumerate(["the film was great", "the meal was awful"])])
+    rows = write_jsonl(
+        tmp_path / "in.jsonl",
+        [{"id": i, "text": t} for i, t in enumerate(["the film was great", "the meal was awful"])],
+    )
     out = tmp_path / "preds.jsonl"
-    result = run_trainer("predict", "--base-model", str(minilm_path()), "--adapter", str(job / "adapter"),
-                         "--input", str(rows), "--output", str(out))
+    result = run_trainer(
+        "predict",
+        "--base-model",
+        str(minilm_path()),
+        "--adapter",
+        str(job / "adapter"),
+        "--input",
+        str(rows),
+        "--output",
+        str(out),
+    )
     assert result.returncode == 0, result.stderr
     preds = [json.loads(x) for x in out.read_text().splitlines()]
     assert [p["id"] for p in preds] == [0, 1]
@@ -115,10 +128,20 @@ def test_sigterm_checkpoints_and_exits_resumable(tmp_path: Path, tiny_model: Pat
 
     from trainer import checkpoint as ckpt
 
-    job = write_causal_job(tmp_path / "job", base_model=tiny_model, max_steps=100000, checkpoint_every=100000,
-                           warmup_steps=0, eval_file=None)
-    proc = subprocess.Popen([sys.executable, "-m", "trainer", "run", "--job-dir", str(job)],
-                            env=trainer_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    job = write_causal_job(
+        tmp_path / "job",
+        base_model=tiny_model,
+        max_steps=100000,
+        checkpoint_every=100000,
+        warmup_steps=0,
+        eval_file=None,
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "trainer", "run", "--job-dir", str(job)],
+        env=trainer_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         for _ in range(2400):  # bounded wait (at most ~120 s) for the first steps
             status = json.loads((job / "status.json").read_text()) if (job / "status.json").exists() else {}
@@ -141,15 +164,24 @@ def test_sigterm_checkpoints_and_exits_resumable(tmp_path: Path, tiny_model: Pat
 
 def test_full_precision_job_trains_and_predicts_in_process(tmp_path: Path, tiny_model: Path) -> None:
     """quantization "none" trains a LoRA on the full-precision base, and predict reads its adapter."""
-    job = write_causal_job(tmp_path / "job", base_model=tiny_model, max_steps=3, checkpoint_every=3,
-                           warmup_steps=0, quantization="none", lr_schedule="linear")
+    job = write_causal_job(
+        tmp_path / "job",
+        base_model=tiny_model,
+        max_steps=3,
+        checkpoint_every=3,
+        warmup_steps=0,
+        quantization="none",
+        lr_schedule="linear",
+    )
     assert run_job(job) == 0
     meta = json.loads((job / "adapter" / "trainer_meta.json").read_text())
     assert (meta["quantization"], meta["steps"]) == ("none", 3)
     rows = write_jsonl(tmp_path / "in.jsonl", [{"id": "x", "prompt": "blue dog ->"}])
     out = tmp_path / "out.jsonl"
-    assert main_predict(job_dir=job, base_model=None, adapter=None, input_path=rows, output_path=out,
-                        max_new_tokens=3) == 0
+    assert (
+        main_predict(job_dir=job, base_model=None, adapter=None, input_path=rows, output_path=out, max_new_tokens=3)
+        == 0
+    )
     assert json.loads(out.read_text())["id"] == "x"
     bad = write_jsonl(tmp_path / "bad.jsonl", [{"prompt": "no id"}])
     assert main_predict(job_dir=job, base_model=None, adapter=None, input_path=bad, output_path=out) == 2

@@ -56,8 +56,16 @@ ZYGOTE = textwrap.dedent("""
 """)
 
 KILLS = 20
-JOB = {"max_steps": 300, "checkpoint_every": 1, "batch_size": 2, "grad_accum": 1, "max_seq_len": 32,
-       "eval_file": None, "keep_checkpoints": 2, "warmup_steps": 0}
+JOB = {
+    "max_steps": 300,
+    "checkpoint_every": 1,
+    "batch_size": 2,
+    "grad_accum": 1,
+    "max_seq_len": 32,
+    "eval_file": None,
+    "keep_checkpoints": 2,
+    "warmup_steps": 0,
+}
 
 
 def _read_line(proc: subprocess.Popen[str], timeout_s: float) -> str | None:
@@ -106,16 +114,18 @@ def _newest_loads(job: Path) -> int:
 
 
 @pytest.mark.slow
-def test_twenty_kills_never_corrupt_and_run_finishes(tmp_path: Path, tiny_model: Path, run_trainer: Callable[
-        ..., subprocess.CompletedProcess[str]]) -> None:
+def test_twenty_kills_never_corrupt_and_run_finishes(
+    tmp_path: Path, tiny_model: Path, run_trainer: Callable[..., subprocess.CompletedProcess[str]]
+) -> None:
     """After each of 20 SIGKILLs the newest complete checkpoint loads; the run then finishes exactly."""
     seed = random.randrange(1 << 30)
     rng = random.Random(seed)
     job = write_causal_job(tmp_path / "job", base_model=tiny_model, **JOB)
     env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[3]))
     env = {k: v for k, v in env.items() if not k.startswith("TUNEHARNESS_")}
-    zygote = subprocess.Popen([sys.executable, "-c", ZYGOTE], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                              text=True, env=env)
+    zygote = subprocess.Popen(
+        [sys.executable, "-c", ZYGOTE], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env
+    )
     try:
         assert _read_line(zygote, 120) == "ready"
         kills, progress = 0, [0]
@@ -127,7 +137,9 @@ def test_twenty_kills_never_corrupt_and_run_finishes(tmp_path: Path, tiny_model:
             assert line is not None and line.startswith("pid "), line
             pid = int(line.split()[1])
             if kills % 4 == 3:
-                ended = _read_line(zygote, rng.uniform(0.0, 0.3))  # a random moment of start-up (a fork loads in ~0.2 s)
+                ended = _read_line(
+                    zygote, rng.uniform(0.0, 0.3)
+                )  # a random moment of start-up (a fork loads in ~0.2 s)
             else:
                 ended = _wait_training(zygote, job, pid, steps=rng.randint(0, 3))
                 if ended is None:
@@ -138,8 +150,10 @@ def test_twenty_kills_never_corrupt_and_run_finishes(tmp_path: Path, tiny_model:
                 kills += 1
             assert ended is not None and ended.startswith("exit "), ended
             if ended != "exit -9":
-                pytest.fail(f"seed {seed}: the run ended by itself ({ended}) before {KILLS} kills; "
-                            f"raise max_steps (progress {progress})")
+                pytest.fail(
+                    f"seed {seed}: the run ended by itself ({ended}) before {KILLS} kills; "
+                    f"raise max_steps (progress {progress})"
+                )
             step = _newest_loads(job)
             assert step >= progress[-1], f"seed {seed}: newest checkpoint went back from {progress[-1]} to {step}"
             progress.append(step)

@@ -33,21 +33,38 @@ def _answer(proc: subprocess.Popen[str], timeout_s: float = 120.0) -> dict[str, 
 
 
 def test_serve_answers_each_line_as_it_comes_and_survives_bad_rows(
-        tmp_path: Path, tiny_model: Path, trainer_env: Callable[..., dict[str, str]]) -> None:
+    tmp_path: Path, tiny_model: Path, trainer_env: Callable[..., dict[str, str]]
+) -> None:
     """Each row is answered before the next is sent, as batch predict answers it; a bad row gets an
     error line and the server goes on; EOF ends it with exit 0 and nothing else on stdout."""
-    job = write_causal_job(tmp_path / "job", base_model=tiny_model, max_steps=2, checkpoint_every=2,
-                           eval_file=None, warmup_steps=0)
+    job = write_causal_job(
+        tmp_path / "job", base_model=tiny_model, max_steps=2, checkpoint_every=2, eval_file=None, warmup_steps=0
+    )
     assert run_job(job) == 0
     rows = [{"id": 1, "prompt": "red cat ->"}, {"id": "two", "messages": [{"role": "user", "content": "a b"}]}]
     batch_out = tmp_path / "batch.jsonl"
-    assert main_predict(job_dir=job, base_model=None, adapter=None, input_path=write_jsonl(tmp_path / "in.jsonl", rows),
-                        output_path=batch_out, max_new_tokens=4) == 0
+    assert (
+        main_predict(
+            job_dir=job,
+            base_model=None,
+            adapter=None,
+            input_path=write_jsonl(tmp_path / "in.jsonl", rows),
+            output_path=batch_out,
+            max_new_tokens=4,
+        )
+        == 0
+    )
     expected = [json.loads(x) for x in batch_out.read_text().splitlines()]
 
-    proc = subprocess.Popen([sys.executable, "-m", "trainer", "predict", "--serve", "--job-dir", str(job),
-                             "--max-new-tokens", "4"], cwd=REPO, env=trainer_env(), text=True,
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "trainer", "predict", "--serve", "--job-dir", str(job), "--max-new-tokens", "4"],
+        cwd=REPO,
+        env=trainer_env(),
+        text=True,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     try:
         assert proc.stdin is not None
         answers = []

@@ -15,7 +15,10 @@ from trainer.testing import write_causal_job, write_classification_job
 
 
 def _max_abs_diff(a: Path, b: Path) -> float:
-    wa, wb = load_file(a / "adapter" / "adapter_model.safetensors"), load_file(b / "adapter" / "adapter_model.safetensors")
+    wa, wb = (
+        load_file(a / "adapter" / "adapter_model.safetensors"),
+        load_file(b / "adapter" / "adapter_model.safetensors"),
+    )
     assert set(wa) == set(wb)
     return max(float((wa[k] - wb[k]).abs().max()) for k in wa)
 
@@ -23,23 +26,30 @@ def _max_abs_diff(a: Path, b: Path) -> float:
 @pytest.mark.slow
 def test_causal_nf4_resumed_over_slices_equals_uninterrupted(tmp_path: Path, tiny_model: Path) -> None:
     """Given dropout, grad accumulation and a cosine schedule with warm-up, five slices equal one run."""
-    fields = {"max_steps": 10, "checkpoint_every": 2, "lora": {"r": 4, "alpha": 8, "dropout": 0.2,
-                                                              "target_modules": ["q_proj", "v_proj"]}}
+    fields = {
+        "max_steps": 10,
+        "checkpoint_every": 2,
+        "lora": {"r": 4, "alpha": 8, "dropout": 0.2, "target_modules": ["q_proj", "v_proj"]},
+    }
     whole = write_causal_job(tmp_path / "whole", base_model=tiny_model, **fields)
     sliced = write_causal_job(tmp_path / "sliced", base_model=tiny_model, **fields)
     assert run_job(whole) == EXIT_FINISHED
     codes = [run_job(sliced, slice_steps=2) for _ in range(5)]
     assert codes == [EXIT_CAP] * 4 + [EXIT_FINISHED]
     assert _max_abs_diff(whole, sliced) <= 1e-6
-    resumes = [p[2]["step"] for p in map(parse_line, (sliced / "train.log").read_text().splitlines())
-               if p is not None and p[1] == "resume"]
+    resumes = [
+        p[2]["step"]
+        for p in map(parse_line, (sliced / "train.log").read_text().splitlines())
+        if p is not None and p[1] == "resume"
+    ]
     assert resumes == ["2", "4", "6", "8"]
     assert json.loads((sliced / "status.json").read_text())["step"] == 10
 
 
 @pytest.mark.slow
 def test_a_deterministic_job_turns_on_torchs_deterministic_kernels_and_resumes_exactly(
-        tmp_path: Path, tiny_model: Path) -> None:
+    tmp_path: Path, tiny_model: Path
+) -> None:
     """`deterministic: true` is what made a resumed run bit-identical on an H200 (bench/gpu.py);
     on the CPU it must run the same NF4 job, say so in train.log, and still resume exactly."""
     import torch
@@ -54,8 +64,11 @@ def test_a_deterministic_job_turns_on_torchs_deterministic_kernels_and_resumes_e
     finally:
         torch.use_deterministic_algorithms(False)
     assert _max_abs_diff(whole, sliced) == 0.0
-    starts = [p[2] for p in map(parse_line, (sliced / "train.log").read_text().splitlines())
-              if p is not None and p[1] == "start"]
+    starts = [
+        p[2]
+        for p in map(parse_line, (sliced / "train.log").read_text().splitlines())
+        if p is not None and p[1] == "start"
+    ]
     assert [s["deterministic"] for s in starts] == ["true", "true"]
 
 

@@ -47,24 +47,44 @@ def _wait(proc: subprocess.Popen[bytes], condition: Callable[[], bool], what: st
 
 
 @pytest.mark.slow
-def test_trainer_hangs_at_the_truths_instant_and_stays_alive(tmp_path: Path, tiny_model: Path,
-                                                              trainer_env: Callable[..., dict[str, str]]) -> None:
+def test_trainer_hangs_at_the_truths_instant_and_stays_alive(
+    tmp_path: Path, tiny_model: Path, trainer_env: Callable[..., dict[str, str]]
+) -> None:
     """Past hangs_at_epoch_s (sim clock at scale 60) no step is taken or logged, the heartbeat goes on with a
     frozen step, SIGTERM is not honoured; only SIGKILL ends the process."""
-    job = write_causal_job(tmp_path / "job", base_model=tiny_model, max_steps=100000, checkpoint_every=1000,
-                           eval_file=None, status_every_s=0.2)
+    job = write_causal_job(
+        tmp_path / "job",
+        base_model=tiny_model,
+        max_steps=100000,
+        checkpoint_every=1000,
+        eval_file=None,
+        status_every_s=0.2,
+    )
     launch = time.time()
     hang_wall_s = launch + HANG_AFTER_S
     epoch = launch - 100.0  # the sim clock runs 60x from an epoch before the launch
-    truth = {"format": "tuneharness-sim-truth/1", "computes": True, "hangs_at_s": 1.0,
-             "hangs_at_epoch_s": epoch + 60.0 * (hang_wall_s - epoch), "clock": {"scale": 60.0, "epoch_s": epoch}}
+    truth = {
+        "format": "tuneharness-sim-truth/1",
+        "computes": True,
+        "hangs_at_s": 1.0,
+        "hangs_at_epoch_s": epoch + 60.0 * (hang_wall_s - epoch),
+        "clock": {"scale": 60.0, "epoch_s": epoch},
+    }
     (tmp_path / "truth.json").write_text(json.dumps(truth))
     env = trainer_env(TUNEHARNESS_SIM_TRUTH=str(tmp_path / "truth.json"))
-    proc = subprocess.Popen([sys.executable, "-m", "trainer", "run", "--job-dir", str(job)], cwd=REPO, env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "trainer", "run", "--job-dir", str(job)],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
-        _wait(proc, lambda: time.time() > hang_wall_s + 1.0 and _status(job).get("phase") == "training",
-              "the hang instant passed in training")
+        _wait(
+            proc,
+            lambda: time.time() > hang_wall_s + 1.0 and _status(job).get("phase") == "training",
+            "the hang instant passed in training",
+        )
         frozen = _status(job)
         log_size = (job / "train.log").stat().st_size
         proc.send_signal(signal.SIGTERM)

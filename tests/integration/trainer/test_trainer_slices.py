@@ -21,8 +21,15 @@ from trainer.run import EXIT_CAP, EXIT_FAILED, EXIT_FINISHED, run_job
 from trainer.testing import write_causal_job
 
 REPO = Path(__file__).resolve().parents[3]
-JOB = {"max_steps": 40, "checkpoint_every": 4, "batch_size": 2, "max_seq_len": 32, "eval_file": None,
-       "warmup_steps": 0, "status_every_s": 0.2}
+JOB = {
+    "max_steps": 40,
+    "checkpoint_every": 4,
+    "batch_size": 2,
+    "max_seq_len": 32,
+    "eval_file": None,
+    "warmup_steps": 0,
+    "status_every_s": 0.2,
+}
 
 
 def _events(job: Path) -> list[tuple[str, dict[str, str]]]:
@@ -61,8 +68,9 @@ def _started(job: Path, *, more_than: int) -> Callable[[], bool]:
 
 
 @pytest.mark.slow
-def test_slices_survive_sigterm_and_a_killed_slice_and_equal_one_run(tmp_path: Path, tiny_model: Path,
-                                                                      trainer_env: Callable[..., dict[str, str]]) -> None:
+def test_slices_survive_sigterm_and_a_killed_slice_and_equal_one_run(
+    tmp_path: Path, tiny_model: Path, trainer_env: Callable[..., dict[str, str]]
+) -> None:
     """SIGTERM ends the runner resumable (exit 3); a SIGKILLed slice fails it (exit 1, named); a third
     runner finishes, and the adapter equals an uninterrupted run's within 1e-6."""
     job = write_causal_job(tmp_path / "job", base_model=tiny_model, **JOB)
@@ -125,8 +133,9 @@ def test_slices_survive_sigterm_and_a_killed_slice_and_equal_one_run(tmp_path: P
     assert max(float((a[k] - b[k]).abs().max()) for k in a) <= 1e-6
 
 
-def test_slices_refuses_a_missing_job_and_needs_a_cap(tmp_path: Path,
-                                                      run_trainer: Callable[..., subprocess.CompletedProcess[str]]) -> None:
+def test_slices_refuses_a_missing_job_and_needs_a_cap(
+    tmp_path: Path, run_trainer: Callable[..., subprocess.CompletedProcess[str]]
+) -> None:
     """Without job.json the runner exits 2 before importing anything; without a cap argparse refuses."""
     result = run_trainer("slices", "--job-dir", str(tmp_path), "--slice-seconds", "5")
     assert result.returncode == 2 and "job.json" in result.stdout

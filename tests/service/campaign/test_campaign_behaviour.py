@@ -24,14 +24,31 @@ def trace(hosts: list[dict[str, Any]], **workload: Any) -> Any:
 def host(mid: str, dph: float, **truth: Any) -> dict[str, Any]:
     t = {"pull_mbps": 400, "status_every_s": 10}
     t.update(truth)
-    return {"machine_id": mid, "offer": {"gpu_name": "RTX 3090", "num_gpus": 1, "gpu_ram_gb": 24, "dph": dph,
-            "storage_per_gb_month": 0.15, "inet_down_mbps": 800, "reliability": 0.995}, "truth": t}
+    return {
+        "machine_id": mid,
+        "offer": {
+            "gpu_name": "RTX 3090",
+            "num_gpus": 1,
+            "gpu_ram_gb": 24,
+            "dph": dph,
+            "storage_per_gb_month": 0.15,
+            "inet_down_mbps": 800,
+            "reliability": 0.995,
+        },
+        "truth": t,
+    }
 
 
 def test_referee_counts_duds_from_truth_not_from_the_policy() -> None:
     """Three duds and one healthy host: three dead hosts, the job trained on the healthy one."""
-    t = trace([host("m-frozen", 0.10, freeze_at_s=25), host("m-fatal", 0.11, fatal_at_s=20, fatal_status="OCI runtime create failed"),
-               host("m-stale", 0.12, computes=False), host("m-good", 0.14)])
+    t = trace(
+        [
+            host("m-frozen", 0.10, freeze_at_s=25),
+            host("m-fatal", 0.11, fatal_at_s=20, fatal_status="OCI runtime create failed"),
+            host("m-stale", 0.12, computes=False),
+            host("m-good", 0.14),
+        ]
+    )
     res = run_campaign(t, policy="guarded")
     r = res.receipt
     assert (r["creates"], r["dead_hosts"], r["jobs_completed"], r["good_hosts_destroyed"]) == (4, 3, 1, 0)
@@ -97,8 +114,24 @@ def test_cli_replays_a_100_host_campaign_in_under_10_seconds(tmp_path: Path) -> 
     env = {**os.environ, "TUNEHARNESS_HOME": str(tmp_path / "home"), "PYTHONPATH": str(ROOT)}
     start = time.monotonic()
     out = subprocess.run(
-        [sys.executable, "-m", "app.cli.main", "sim", "campaign", "--trace", "marketplace", "--policy", "guarded", "--json"],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=60, check=False,
+        [
+            sys.executable,
+            "-m",
+            "app.cli.main",
+            "sim",
+            "campaign",
+            "--trace",
+            "marketplace",
+            "--policy",
+            "guarded",
+            "--json",
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
     )
     elapsed = time.monotonic() - start
     assert out.returncode == 0, out.stderr
@@ -112,8 +145,15 @@ def test_cli_replays_a_100_host_campaign_in_under_10_seconds(tmp_path: Path) -> 
 def test_cli_refuses_an_unknown_policy_in_one_line(tmp_path: Path) -> None:
     """A wrong --policy is one line on stderr and exit 2."""
     env = {**os.environ, "TUNEHARNESS_HOME": str(tmp_path / "home"), "PYTHONPATH": str(ROOT)}
-    out = subprocess.run([sys.executable, "-m", "app.cli.main", "sim", "campaign", "--trace", "smoke", "--policy", "yolo"],
-                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=60, check=False)
+    out = subprocess.run(
+        [sys.executable, "-m", "app.cli.main", "sim", "campaign", "--trace", "smoke", "--policy", "yolo"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert out.returncode == 2 and out.stderr.count("\n") == 1 and "Fix:" in out.stderr
 
 
@@ -133,8 +173,24 @@ def test_cli_standby_hosts_flag_reaches_the_receipt(tmp_path: Path) -> None:
 
     env = {**os.environ, "TUNEHARNESS_HOME": str(tmp_path / "home"), "PYTHONPATH": str(ROOT)}
     out = subprocess.run(
-        [sys.executable, "-m", "app.cli.main", "sim", "campaign", "--trace", "recovery", "--standby-hosts", "1", "--json"],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=60, check=False,
+        [
+            sys.executable,
+            "-m",
+            "app.cli.main",
+            "sim",
+            "campaign",
+            "--trace",
+            "recovery",
+            "--standby-hosts",
+            "1",
+            "--json",
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
     )
     assert out.returncode == 0, out.stderr
     receipt = json.loads(out.stdout)

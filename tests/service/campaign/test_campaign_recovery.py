@@ -19,8 +19,15 @@ WATCHDOG_INTERVAL_S = 5 * 60.0  # the idle watchdog's period
 def campaign(
     trace: Trace, *, standby_hosts: int = 0, progress_hedge_max: int | None = None
 ) -> tuple[CampaignResult, Campaign]:
-    c = Campaign(trace, "guarded", jobs=None, seed=0, trace_label=trace.name, standby_hosts=standby_hosts,
-                  progress_hedge_max=progress_hedge_max)
+    c = Campaign(
+        trace,
+        "guarded",
+        jobs=None,
+        seed=0,
+        trace_label=trace.name,
+        standby_hosts=standby_hosts,
+        progress_hedge_max=progress_hedge_max,
+    )
     receipt = c.run()
     return CampaignResult(receipt=receipt, ledger=c.ledger, unfinished=dict(c.failed)), c
 
@@ -29,19 +36,32 @@ def recovery_facts(res: CampaignResult, c: Campaign) -> list[dict[str, float]]:
     """Per recovery: seconds to detect (loss -> the lost host stopped), to recover, and the replacement's pull."""
     facts = []
     for rec in res.receipt["recoveries"]:
-        stop = min(e["t_s"] for e in res.ledger if e["kind"] == "stopped" and e["job"] == rec["job"]
-                   and e["reason"] in ("lost", "hang") and e["t_s"] >= rec["lost_at_s"] - 1e-6)
-        resumed = next(e for e in res.ledger if e["kind"] == "training_started" and e["job"] == rec["job"]
-                       and abs(e["t_s"] - rec["resumed_at_s"]) < 1e-6)
-        facts.append({
-            "detect_s": stop - rec["lost_at_s"],
-            "recovery_s": rec["resumed_at_s"] - rec["lost_at_s"],
-            "pull_s": c.referee.pull_seconds(resumed["instance"]),
-        })
+        stop = min(
+            e["t_s"]
+            for e in res.ledger
+            if e["kind"] == "stopped"
+            and e["job"] == rec["job"]
+            and e["reason"] in ("lost", "hang")
+            and e["t_s"] >= rec["lost_at_s"] - 1e-6
+        )
+        resumed = next(
+            e
+            for e in res.ledger
+            if e["kind"] == "training_started" and e["job"] == rec["job"] and abs(e["t_s"] - rec["resumed_at_s"]) < 1e-6
+        )
+        facts.append(
+            {
+                "detect_s": stop - rec["lost_at_s"],
+                "recovery_s": rec["resumed_at_s"] - rec["lost_at_s"],
+                "pull_s": c.referee.pull_seconds(resumed["instance"]),
+            }
+        )
     return facts
 
 
-def check_recovery_targets(trace: Trace, *, standby_hosts: int, progress_hedge_max: int | None = None) -> dict[str, Any]:
+def check_recovery_targets(
+    trace: Trace, *, standby_hosts: int, progress_hedge_max: int | None = None
+) -> dict[str, Any]:
     res, c = campaign(trace, standby_hosts=standby_hosts, progress_hedge_max=progress_hedge_max)
     r = res.receipt
     assert r["jobs_completed"] == trace.workload.jobs and r["jobs_failed"] == 0 and r["unfinished_jobs"] == []
@@ -109,7 +129,9 @@ def test_standby_costs_show_in_the_receipt_and_are_part_of_the_total() -> None:
     assert warm["total_cost_usd"] > plain["total_cost_usd"]
 
 
-@pytest.mark.parametrize("trace", [load_trace("hangs"), parse_trace(hangs(1)), parse_trace(hangs(3))], ids=["shipped", "gen1", "gen3"])
+@pytest.mark.parametrize(
+    "trace", [load_trace("hangs"), parse_trace(hangs(1)), parse_trace(hangs(3))], ids=["shipped", "gen1", "gen3"]
+)
 def test_hangs_are_stopped_and_bill_little_idle_time(trace: Trace) -> None:
     """Hung trainers are stopped (never destroyed) by the supervisor; each hang bills at most the
     watchdog's grace plus one interval of idle GPU time; spend stays within the budget."""
@@ -120,7 +142,9 @@ def test_hangs_are_stopped_and_bill_little_idle_time(trace: Trace) -> None:
     assert hung
     assert r["idle_gpu_seconds_billed"] <= len(hung) * (WATCHDOG_GRACE_S + WATCHDOG_INTERVAL_S)
     hung_machines = {x["machine_id"] for x in hung}
-    assert not any(e["kind"] == "destroyed" and e["machine"] in hung_machines and e["reason"] == "hang" for e in res.ledger)
+    assert not any(
+        e["kind"] == "destroyed" and e["machine"] in hung_machines and e["reason"] == "hang" for e in res.ledger
+    )
     assert all(f["detect_s"] <= 90.0 for f in recovery_facts(res, c))
 
 

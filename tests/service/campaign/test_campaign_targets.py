@@ -9,10 +9,27 @@ from providers.sim.make_traces import adversarial, marketplace
 from providers.sim.trace import Trace, load_trace, parse_trace
 
 RECEIPT_KEYS = [
-    "policy", "trace", "creates", "dead_hosts", "dead_host_cost_usd", "dead_host_mean_lifetime_s",
-    "good_hosts_destroyed", "jobs_completed", "jobs_failed", "total_cost_usd", "train_gpu_seconds",
-    "idle_gpu_seconds_billed", "recoveries", "recovery_median_s", "recovery_p90_s", "budget_usd",
-    "budget_exceeded", "sim_seconds", "standby_hosts", "standby_cost_usd", "unfinished_jobs",
+    "policy",
+    "trace",
+    "creates",
+    "dead_hosts",
+    "dead_host_cost_usd",
+    "dead_host_mean_lifetime_s",
+    "good_hosts_destroyed",
+    "jobs_completed",
+    "jobs_failed",
+    "total_cost_usd",
+    "train_gpu_seconds",
+    "idle_gpu_seconds_billed",
+    "recoveries",
+    "recovery_median_s",
+    "recovery_p90_s",
+    "budget_usd",
+    "budget_exceeded",
+    "sim_seconds",
+    "standby_hosts",
+    "standby_cost_usd",
+    "unfinished_jobs",
 ]
 
 

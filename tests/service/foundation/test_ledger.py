@@ -19,9 +19,19 @@ def engine(db_url: str) -> Engine:
 
 def _fill(ledger: Ledger, n: int = 5) -> None:
     for i in range(n):
-        ledger.append(Event(kind="instance_created", job="j1", instance=f"i{i}", provider="sim",
-                            machine=f"m{i}", rate_usd_per_hour=0.11 * (i + 1), amount_usd=None,
-                            reason="test", payload={"i": i, "nested": {"a": [1, 2]}}))
+        ledger.append(
+            Event(
+                kind="instance_created",
+                job="j1",
+                instance=f"i{i}",
+                provider="sim",
+                machine=f"m{i}",
+                rate_usd_per_hour=0.11 * (i + 1),
+                amount_usd=None,
+                reason="test",
+                payload={"i": i, "nested": {"a": [1, 2]}},
+            )
+        )
 
 
 def test_rows_chain_from_genesis(engine: Engine) -> None:

@@ -43,7 +43,13 @@ def make_trial(tmp_path: Path) -> MakeTrial:
     ) -> Path:
         d = tmp_path / name
         d.mkdir()
-        cfg = gate or {"metric": "accuracy", "ood": {"forum": {"floor": 0.5}}, "model": "triage", "task": "train.log triage", "baseline_name": "rules"}
+        cfg = gate or {
+            "metric": "accuracy",
+            "ood": {"forum": {"floor": 0.5}},
+            "model": "triage",
+            "task": "train.log triage",
+            "baseline_name": "rules",
+        }
         (d / "gate.json").write_text(json.dumps(cfg))
         (d / "baseline.jsonl").write_text(lines(predictions(baseline_wrong)))
         if incumbent_wrong is not None:

@@ -97,11 +97,20 @@ ALERT = Alert(kind="host_lost", summary="host 4411 stopped answering", job="job-
 
 @pytest.mark.parametrize(
     ("fmt", "expected_keys"),
-    [("slack", {"text"}), ("discord", {"content"}), ("telegram", {"chat_id", "text"}), ("json", {"kind", "text", "summary", "job", "details"})],
+    [
+        ("slack", {"text"}),
+        ("discord", {"content"}),
+        ("telegram", {"chat_id", "text"}),
+        ("json", {"kind", "text", "summary", "job", "details"}),
+    ],
 )
 def test_webhook_posts_each_chat_shape(receiver: Receiver, fmt: str, expected_keys: set[str]) -> None:
     """Each format POSTs its chat service's JSON shape to the configured URL."""
-    env = {"TUNEHARNESS_ALERT_WEBHOOK_URL": receiver.url, "TUNEHARNESS_ALERT_FORMAT": fmt, "TUNEHARNESS_ALERT_TELEGRAM_CHAT_ID": "-100123"}
+    env = {
+        "TUNEHARNESS_ALERT_WEBHOOK_URL": receiver.url,
+        "TUNEHARNESS_ALERT_FORMAT": fmt,
+        "TUNEHARNESS_ALERT_TELEGRAM_CHAT_ID": "-100123",
+    }
     config = webhook_config_from_env(env)
     assert config is not None
     WebhookNotifier(config).send(ALERT)
@@ -132,7 +141,9 @@ def test_outbox_delivers_and_records(engine: Engine, receiver: Receiver) -> None
     assert row.delivered_at is not None and row.attempts == 1 and n.pending() == []
 
 
-def test_receiver_down_queues_durably_without_raising_or_leaking(engine: Engine, caplog: pytest.LogCaptureFixture) -> None:
+def test_receiver_down_queues_durably_without_raising_or_leaking(
+    engine: Engine, caplog: pytest.LogCaptureFixture
+) -> None:
     """Connection refused: notify returns quickly, the alert waits in the outbox, no token anywhere."""
     caplog.set_level(logging.DEBUG)
     n = OutboxNotifier(engine, WebhookNotifier(WebhookConfig(url=dead_url(), timeout_s=1.0)), background=False)
@@ -150,7 +161,13 @@ def test_queued_alert_is_retried_after_backoff_when_receiver_is_back(engine: Eng
     clock = [datetime(2026, 1, 1, tzinfo=UTC)]
     down = OutboxNotifier(engine, InMemoryNotifier(fail=True), background=False, now=lambda: clock[0])
     down.notify(ALERT)
-    up = OutboxNotifier(engine, WebhookNotifier(WebhookConfig(url=receiver.url)), background=False, now=lambda: clock[0], backoff_base_s=30)
+    up = OutboxNotifier(
+        engine,
+        WebhookNotifier(WebhookConfig(url=receiver.url)),
+        background=False,
+        now=lambda: clock[0],
+        backoff_base_s=30,
+    )
     assert up.flush() == 0 and receiver.posts == []
     clock[0] += timedelta(seconds=31)
     assert up.flush() == 1
@@ -214,9 +231,18 @@ def test_database_down_still_tries_to_deliver(tmp_path: Path) -> None:
     ("env", "variable"),
     [
         ({"TUNEHARNESS_ALERT_WEBHOOK_URL": "hooks.slack.com/x"}, "TUNEHARNESS_ALERT_WEBHOOK_URL"),
-        ({"TUNEHARNESS_ALERT_WEBHOOK_URL": "https://h/x", "TUNEHARNESS_ALERT_FORMAT": "teams"}, "TUNEHARNESS_ALERT_FORMAT"),
-        ({"TUNEHARNESS_ALERT_WEBHOOK_URL": "https://h/x", "TUNEHARNESS_ALERT_FORMAT": "telegram"}, "TUNEHARNESS_ALERT_TELEGRAM_CHAT_ID"),
-        ({"TUNEHARNESS_ALERT_WEBHOOK_URL": "https://h/x", "TUNEHARNESS_ALERT_TIMEOUT_S": "600"}, "TUNEHARNESS_ALERT_TIMEOUT_S"),
+        (
+            {"TUNEHARNESS_ALERT_WEBHOOK_URL": "https://h/x", "TUNEHARNESS_ALERT_FORMAT": "teams"},
+            "TUNEHARNESS_ALERT_FORMAT",
+        ),
+        (
+            {"TUNEHARNESS_ALERT_WEBHOOK_URL": "https://h/x", "TUNEHARNESS_ALERT_FORMAT": "telegram"},
+            "TUNEHARNESS_ALERT_TELEGRAM_CHAT_ID",
+        ),
+        (
+            {"TUNEHARNESS_ALERT_WEBHOOK_URL": "https://h/x", "TUNEHARNESS_ALERT_TIMEOUT_S": "600"},
+            "TUNEHARNESS_ALERT_TIMEOUT_S",
+        ),
     ],
 )
 def test_bad_alert_settings_name_the_variable(env: dict[str, str], variable: str) -> None:

@@ -123,7 +123,9 @@ def eval_set(tmp_path: Path) -> dict[str, Path]:
         ("c1", "canary", "oom"), ("o1", "ood:forum", "ok"),
     ]  # fmt: skip
     ev = tmp_path / "eval.jsonl"
-    ev.write_text("".join(json.dumps({"id": i, "slice": s, "expected": e, "text": f"log {i}"}) + "\n" for i, s, e in rows))
+    ev.write_text(
+        "".join(json.dumps({"id": i, "slice": s, "expected": e, "text": f"log {i}"}) + "\n" for i, s, e in rows)
+    )
     (tmp_path / "labels.json").write_text(json.dumps({i: e for i, _, e in rows}))
     (tmp_path / "predictor.py").write_text(PREDICTOR)
     base = tmp_path / "baseline-preds.jsonl"
@@ -141,14 +143,22 @@ def run_args(eval_set: dict[str, Path], out: Path, *cands: str) -> list[str]:
     return args
 
 
-def test_run_evaluates_command_predictors_writes_the_trial_and_judges_it(env: dict[str, str], home: Path, tmp_path: Path, eval_set: dict[str, Path]) -> None:
+def test_run_evaluates_command_predictors_writes_the_trial_and_judges_it(
+    env: dict[str, str], home: Path, tmp_path: Path, eval_set: dict[str, Path]
+) -> None:
     """gate run with two candidate programs and baseline predictions writes a judgeable trial and promotes."""
     out = tmp_path / "trials" / "triage-1"
     py = f"command:{sys.executable} {eval_set['predictor']}"
     p = gate(env, *run_args(eval_set, out, f"1={py}", f"2={py} h4"))
     assert p.returncode == 0, p.stderr
     assert "evaluating candidate seed 2" in p.stderr
-    assert sorted(x.name for x in out.iterdir()) == ["baseline.jsonl", "candidate-seed-1.jsonl", "candidate-seed-2.jsonl", "decision.json", "gate.json"]
+    assert sorted(x.name for x in out.iterdir()) == [
+        "baseline.jsonl",
+        "candidate-seed-1.jsonl",
+        "candidate-seed-2.jsonl",
+        "decision.json",
+        "gate.json",
+    ]
     decision = json.loads((out / "decision.json").read_text())
     assert decision["decision"] == "promote" and decision["scores"]["candidate"]["worst"]["heldout"] == 0.75
     # The written trial re-judges to the same decision and the same (single) ledger event.
@@ -157,7 +167,9 @@ def test_run_evaluates_command_predictors_writes_the_trial_and_judges_it(env: di
     assert len(ledger(home).rows(kind="gate_decision")) == 1
 
 
-def test_run_refuses_a_candidate_that_breaks_a_canary(env: dict[str, str], tmp_path: Path, eval_set: dict[str, Path]) -> None:
+def test_run_refuses_a_candidate_that_breaks_a_canary(
+    env: dict[str, str], tmp_path: Path, eval_set: dict[str, Path]
+) -> None:
     """A seed that gets the canary wrong makes gate run exit 1 with canary_failed."""
     py = f"command:{sys.executable} {eval_set['predictor']}"
     p = gate(env, *run_args(eval_set, tmp_path / "t", f"1={py}", f"2={py} c1"))
@@ -165,7 +177,9 @@ def test_run_refuses_a_candidate_that_breaks_a_canary(env: dict[str, str], tmp_p
     assert [r["code"] for r in json.loads(p.stdout)["reasons"]] == ["canary_failed"]
 
 
-def test_run_with_a_failing_predictor_exits_2_and_writes_nothing(env: dict[str, str], tmp_path: Path, eval_set: dict[str, Path]) -> None:
+def test_run_with_a_failing_predictor_exits_2_and_writes_nothing(
+    env: dict[str, str], tmp_path: Path, eval_set: dict[str, Path]
+) -> None:
     """A predictor program that crashes is a one-line error; no trial directory appears."""
     out = tmp_path / "t"
     p = gate(env, *run_args(eval_set, out, f"1=command:{sys.executable} -c 'import sys; sys.exit(3)'"))
@@ -200,7 +214,11 @@ def test_refusal_is_delivered_to_a_configured_webhook(env: dict[str, str], make_
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True).start()
     try:
-        env = {**env, "TUNEHARNESS_ALERT_WEBHOOK_URL": f"http://127.0.0.1:{server.server_address[1]}/hook/tok3n", "TUNEHARNESS_ALERT_FORMAT": "discord"}
+        env = {
+            **env,
+            "TUNEHARNESS_ALERT_WEBHOOK_URL": f"http://127.0.0.1:{server.server_address[1]}/hook/tok3n",
+            "TUNEHARNESS_ALERT_FORMAT": "discord",
+        }
         p = gate(env, "judge", str(make_trial(seeds={"1": set()})))
         assert p.returncode == 1
         assert len(got) == 1 and "gate_refused" in str(got[0]["content"]) and "tok3n" not in p.stderr + p.stdout

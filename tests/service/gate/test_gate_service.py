@@ -31,7 +31,9 @@ def gate(engine: Engine, alerts: InMemoryNotifier) -> GateService:
     return GateService(ledger=Ledger(engine), notifier=alerts)
 
 
-def test_promotion_is_one_ledger_event_with_the_trial_hash(gate: GateService, make_trial, alerts: InMemoryNotifier) -> None:
+def test_promotion_is_one_ledger_event_with_the_trial_hash(
+    gate: GateService, make_trial, alerts: InMemoryNotifier
+) -> None:
     """A promoting trial appends gate_decision with decision, hash and scores, and raises no alert."""
     j = gate.judge(make_trial())
     assert j.verdict.decision == "promote" and j.exit_code == 0
@@ -42,7 +44,9 @@ def test_promotion_is_one_ledger_event_with_the_trial_hash(gate: GateService, ma
     assert row.reason == "promote" and alerts.alerts == []
 
 
-def test_refusal_records_reasons_and_raises_gate_refused(gate: GateService, make_trial, alerts: InMemoryNotifier) -> None:
+def test_refusal_records_reasons_and_raises_gate_refused(
+    gate: GateService, make_trial, alerts: InMemoryNotifier
+) -> None:
     """A refused trial records its reason codes and raises one gate_refused alert."""
     j = gate.judge(make_trial(seeds={"1": set(), "2": {"c1"}}))
     assert j.exit_code == 1
@@ -109,7 +113,13 @@ def test_markdown_table_shows_task_baseline_worst_seed_ood_and_decision(gate: Ga
     gate.judge(make_trial("t2", seeds={"1": set(), "2": {"o1", "o2"}}))
     md = gate.markdown(gate.history())
     header, _rule, row = md.strip().splitlines()
-    assert "task" in header and "baseline" in header and "worst-seed" in header and "OOD" in header and "decision" in header
+    assert (
+        "task" in header
+        and "baseline" in header
+        and "worst-seed" in header
+        and "OOD" in header
+        and "decision" in header
+    )
     assert row.startswith("| triage | train.log triage | rules 0.500 | 1.000 accuracy | forum 0.000 / 0.500")
     assert "refuse: ood_below_floor (production: trial" in row
 

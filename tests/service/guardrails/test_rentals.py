@@ -36,8 +36,9 @@ def test_a_create_that_crashes_at_any_step_is_retried_without_a_second_create(
     """Crash at each step, retry: exactly one instance exists and one instance_created event."""
     market = make_market([host(1), host(2)], clock)
     offer = market.search_offers(OfferQuery(limit=0))[0]
-    plan = rentals.plan(job="j", attempt=1, offer=offer, disk_gb=10, ttl_s=3600, now=clock.now(),
-                        reserve_usd=1.0, budget_name="default")
+    plan = rentals.plan(
+        job="j", attempt=1, offer=offer, disk_gb=10, ttl_s=3600, now=clock.now(), reserve_usd=1.0, budget_name="default"
+    )
 
     def crash_at(s: str) -> None:
         if s == step:
@@ -83,14 +84,21 @@ def test_destroy_settles_the_reservation_with_what_was_billed(rentals: Rentals, 
     assert status.spent_usd == pytest.approx(0.101 + 0.15 * 10 / 720, rel=1e-6)
 
 
-def test_exit_trap_stops_an_instance_whose_create_could_not_be_recorded(
-    rentals: Rentals, clock: VirtualClock
-) -> None:
+def test_exit_trap_stops_an_instance_whose_create_could_not_be_recorded(rentals: Rentals, clock: VirtualClock) -> None:
     """A failure after the provider accepted stops the new instance before the error propagates."""
     market = make_market([host(1)], clock)
     offer = market.search_offers(OfferQuery(limit=0))[0]
-    plan = rentals.plan(job="j", attempt=1, offer=offer, disk_gb=10, ttl_s=3600, now=clock.now(),
-                        reserve_usd=1.0, budget_name="default", spec=SPEC)
+    plan = rentals.plan(
+        job="j",
+        attempt=1,
+        offer=offer,
+        disk_gb=10,
+        ttl_s=3600,
+        now=clock.now(),
+        reserve_usd=1.0,
+        budget_name="default",
+        spec=SPEC,
+    )
 
     def boom(step: str) -> None:
         if step == "after_provider_accepted":
@@ -101,7 +109,8 @@ def test_exit_trap_stops_an_instance_whose_create_could_not_be_recorded(
     (inst,) = market.list_instances("th-")
     assert inst.state == "stopped"
     assert [e.reason for e in rentals.ledger.rows(kind="instance_stopped")] == [
-        "exit trap: create failed before hand-over"]
+        "exit trap: create failed before hand-over"
+    ]
     # The retry adopts the stopped instance: still one create.
     done = rentals.execute(plan.id, market=market, now=clock.now())
     assert done.instance_id == inst.instance_id and done.state == "stopped"

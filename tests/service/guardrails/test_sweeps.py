@@ -70,8 +70,10 @@ def test_the_reconciler_stops_an_orphan_after_the_grace_and_marks_vanished_hosts
     market = make_market([host(1), host(2, dies_at_s=50), host(3)], clock)
     offers = {o.machine_id: o for o in market.search_offers(OfferQuery(limit=0))}
     # An orphan: created with our label by a process that died before writing anything.
-    orphan = market.create(offers["m-1"], LaunchSpec(image="x", disk_gb=10, label=label_for("ghost", 1, clock.now() + 9999),
-                                                     ssh_public_key="k"))
+    orphan = market.create(
+        offers["m-1"],
+        LaunchSpec(image="x", disk_gb=10, label=label_for("ghost", 1, clock.now() + 9999), ssh_public_key="k"),
+    )
     foreign = market.create(offers["m-3"], LaunchSpec(image="x", disk_gb=10, label="someone-else", ssh_public_key="k"))
     doomed = rent(rentals, market, clock, "doomed", machine="m-2")
     markets = {"sim": market}
@@ -114,8 +116,9 @@ def test_a_crashed_create_is_adopted_by_the_reconciler(rentals: Rentals, clock: 
     """An intent without an id plus an instance with its label: the reconciler records it."""
     market = make_market([host(1)], clock)
     offer = market.search_offers(OfferQuery(limit=0))[0]
-    plan = rentals.plan(job="j", attempt=1, offer=offer, disk_gb=10, ttl_s=3600, now=clock.now(),
-                        reserve_usd=1.0, budget_name="default")
+    plan = rentals.plan(
+        job="j", attempt=1, offer=offer, disk_gb=10, ttl_s=3600, now=clock.now(), reserve_usd=1.0, budget_name="default"
+    )
     iid = market.create(offer, LaunchSpec(image="x", disk_gb=10, label=plan.label, ssh_public_key="k"))
     early = sweep_reconcile(rentals, {"sim": market}, now=clock.now() + 10, orphan_grace_s=240)
     assert early.adopted == [] and early.stopped == []  # its own create may still record it
@@ -126,9 +129,7 @@ def test_a_crashed_create_is_adopted_by_the_reconciler(rentals: Rentals, clock: 
     assert market.status(iid).state == "stopped"
 
 
-def test_two_of_each_sweep_at_once_over_twenty_instances_stop_each_once(
-    rentals: Rentals, clock: VirtualClock
-) -> None:
+def test_two_of_each_sweep_at_once_over_twenty_instances_stop_each_once(rentals: Rentals, clock: VirtualClock) -> None:
     """Two watchdogs, two reapers and two reconcilers racing: one stop event per instance."""
     market = make_market([host(i, hangs_at_s=0) for i in range(20)], clock)
     for i in range(20):
@@ -175,13 +176,25 @@ def test_budget_monitor_counts_billing_not_reservations_and_stops_at_the_cap(
     market = make_market([host(1), host(2)], clock)
     rentals.budget.set_cap("job-a", 1.0)
     offers = {o.machine_id: o for o in market.search_offers(OfferQuery(limit=0))}
-    plan = rentals.plan(job="a", attempt=1, offer=offers["m-1"], disk_gb=10, ttl_s=99_999, now=clock.now(),
-                        reserve_usd=1.0, budget_name="job-a")
-    a = rentals.execute(plan.id, market=market, now=clock.now(),
-                        spec=LaunchSpec(image="x", disk_gb=10, label="", ssh_public_key="k"))
+    plan = rentals.plan(
+        job="a",
+        attempt=1,
+        offer=offers["m-1"],
+        disk_gb=10,
+        ttl_s=99_999,
+        now=clock.now(),
+        reserve_usd=1.0,
+        budget_name="job-a",
+    )
+    a = rentals.execute(
+        plan.id, market=market, now=clock.now(), spec=LaunchSpec(image="x", disk_gb=10, label="", ssh_public_key="k")
+    )
     other = rent(rentals, market, clock, "b", machine="m-2")  # on the default budget: unaffected
     markets = {"sim": market}
-    assert sweep_budgets(rentals.budget, notifier=notifier, rentals=rentals, markets=markets, now=clock.now()).warnings == []
+    assert (
+        sweep_budgets(rentals.budget, notifier=notifier, rentals=rentals, markets=markets, now=clock.now()).warnings
+        == []
+    )
     clock.advance(8.5 * 3600)  # $0.101/h: about $0.86 billed
     report = sweep_budgets(rentals.budget, notifier=notifier, rentals=rentals, markets=markets, now=clock.now())
     assert report.warnings == ["job-a:warning"] and report.stopped == []
@@ -192,8 +205,16 @@ def test_budget_monitor_counts_billing_not_reservations_and_stops_at_the_cap(
     assert market.status(other.instance_id or "").state == "running"
     assert notifier.kinds() == ["budget_warning", "budget_stop"]
     with pytest.raises(BudgetExceeded, match="job-a"):
-        rentals.plan(job="a", attempt=2, offer=offers["m-1"], disk_gb=10, ttl_s=60, now=clock.now(),
-                     reserve_usd=0.01, budget_name="job-a")
+        rentals.plan(
+            job="a",
+            attempt=2,
+            offer=offers["m-1"],
+            disk_gb=10,
+            ttl_s=60,
+            now=clock.now(),
+            reserve_usd=0.01,
+            budget_name="job-a",
+        )
 
 
 def test_receipt_splits_spend_and_names_dead_hosts_and_idle_time(rentals: Rentals, clock: VirtualClock) -> None:
@@ -223,10 +244,12 @@ def test_a_budget_stop_waits_until_the_latest_checkpoint_is_safe(rentals: Rental
     market = make_market([host(1)], clock)
     rentals.budget.set_cap("job-t", 0.2)
     offer = market.search_offers(OfferQuery(limit=0))[0]
-    plan = rentals.plan(job="t", attempt=1, offer=offer, disk_gb=10, ttl_s=99_999, now=clock.now(),
-                        reserve_usd=0.2, budget_name="job-t")
-    r = rentals.execute(plan.id, market=market, now=clock.now(),
-                        spec=LaunchSpec(image="x", disk_gb=10, label="", ssh_public_key="k"))
+    plan = rentals.plan(
+        job="t", attempt=1, offer=offer, disk_gb=10, ttl_s=99_999, now=clock.now(), reserve_usd=0.2, budget_name="job-t"
+    )
+    r = rentals.execute(
+        plan.id, market=market, now=clock.now(), spec=LaunchSpec(image="x", disk_gb=10, label="", ssh_public_key="k")
+    )
     rentals.mark_held_work(r.id)
     clock.advance(3 * 3600)  # well past $0.20
     safe = {"t": False}
@@ -246,10 +269,16 @@ def test_checkpoint_safe_compares_what_the_host_wrote_with_what_was_pulled(renta
     table = SupervisionRow.__table__  # type: ignore[attr-defined]
     assert checkpoint_safe(rentals.engine, "nobody")
     with rentals.engine.begin() as conn:
-        conn.execute(table.insert().values(job_id="j", seq=1, updated_at=0.0,
-                                           state_json=Watch(pulled_step=20, host_checkpoint_step=30).to_json()))
+        conn.execute(
+            table.insert().values(
+                job_id="j", seq=1, updated_at=0.0, state_json=Watch(pulled_step=20, host_checkpoint_step=30).to_json()
+            )
+        )
     assert not checkpoint_safe(rentals.engine, "j")
     with rentals.engine.begin() as conn:
-        conn.execute(table.update().where(table.c.job_id == "j").values(
-            state_json=Watch(pulled_step=30, host_checkpoint_step=30).to_json()))
+        conn.execute(
+            table.update()
+            .where(table.c.job_id == "j")
+            .values(state_json=Watch(pulled_step=30, host_checkpoint_step=30).to_json())
+        )
     assert checkpoint_safe(rentals.engine, "j")

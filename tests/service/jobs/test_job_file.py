@@ -15,7 +15,10 @@ from tests.support.jobfiles import train_section
 
 ROOT = Path(__file__).resolve().parents[3]
 
-GOOD = "name: demo\n" + train_section("nf4") + """\
+GOOD = (
+    "name: demo\n"
+    + train_section("nf4")
+    + """\
 needs:
   gpu: [RTX 3090, NVIDIA GeForce RTX 4090]
   min_vram_gb: 24
@@ -24,6 +27,7 @@ needs:
   disk_gb: 40
 budget_usd: 3.0
 """
+)
 
 
 @pytest.fixture
@@ -60,10 +64,20 @@ def test_a_good_file_parses_into_requirements(jobdir: Path) -> None:
         ("  disk_gb: 40", "  disk_gb: 40\n  colour: blue", 20, "needs.colour", "unknown field"),
         ("budget_usd: 3.0", "budget_usd: -1", 20, "budget_usd", "at least 0"),
         ("  train_file: train.jsonl", "  train_file: missing.jsonl", 5, "train.train_file", "does not exist"),
-        ("  lora: {r: 8, alpha: 16, target_modules: [q_proj, v_proj]}", "  lora: {r: 0, alpha: 16, target_modules: [q]}", 12,
-         "train.lora.r", "at least 1"),
-        ("  max_steps: 20", "  max_steps: 20\n  deterministic: yes please", 7, "train.deterministic",
-         "not true or false"),
+        (
+            "  lora: {r: 8, alpha: 16, target_modules: [q_proj, v_proj]}",
+            "  lora: {r: 0, alpha: 16, target_modules: [q]}",
+            12,
+            "train.lora.r",
+            "at least 1",
+        ),
+        (
+            "  max_steps: 20",
+            "  max_steps: 20\n  deterministic: yes please",
+            7,
+            "train.deterministic",
+            "not true or false",
+        ),
     ],
 )
 def test_errors_name_line_and_field(jobdir: Path, old: str, new: str, line: int, field: str, words: str) -> None:
@@ -103,8 +117,15 @@ def test_job_store_round_trip(jobdir: Path, tmp_path: Path) -> None:
 def cli(home: Path, *args: str, broker: str = "redis://127.0.0.1:1/0") -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("TUNEHARNESS_")}
     env.update(TUNEHARNESS_HOME=str(home), TUNEHARNESS_BROKER_URL=broker, PYTHONPATH=str(ROOT))
-    return subprocess.run([sys.executable, "-m", "app.cli.main", *args], cwd=ROOT, env=env, capture_output=True, text=True,
-                          timeout=60, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "app.cli.main", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
 
 
 def test_submit_without_a_broker_says_so_in_one_line_and_writes_nothing(jobdir: Path, tmp_path: Path) -> None:

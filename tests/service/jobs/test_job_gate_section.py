@@ -11,11 +11,15 @@ from app.db import init_db, make_engine
 from app.jobs import JobFileError, JobStore, load_job_file, parse_job_text, seed_run_id
 from tests.support.jobfiles import train_section
 
-HEAD = "name: gated\n" + train_section("none") + """\
+HEAD = (
+    "name: gated\n"
+    + train_section("none")
+    + """\
 needs:
   gpu: [RTX 3090]
 budget_usd: 3.0
 """
+)
 
 GATE = """\
 gate:
@@ -32,7 +36,8 @@ def jobdir(tmp_path: Path) -> Path:
     (tmp_path / "gate.json").write_text(json.dumps({"metric": "accuracy"}))
     (tmp_path / "eval.jsonl").write_text(
         '{"id": "h1", "slice": "heldout", "prompt": "a", "expected": "b"}\n'
-        '{"id": "c1", "slice": "canary", "prompt": "c", "expected": "d"}\n')
+        '{"id": "c1", "slice": "canary", "prompt": "c", "expected": "d"}\n'
+    )
     (tmp_path / "baseline.jsonl").write_text('{"id": "h1", "predicted": "b"}\n')
     return tmp_path
 
@@ -57,7 +62,9 @@ def test_a_gate_section_is_normalised_with_two_default_seeds(jobdir: Path) -> No
 def test_inline_config_command_baseline_incumbent_and_seeds(jobdir: Path) -> None:
     """An inline gate.json, a command baseline (kept verbatim), an adapter incumbent and three seeds."""
     (jobdir / "prod").mkdir()
-    text = HEAD + """\
+    text = (
+        HEAD
+        + """\
 gate:
   config: {metric: macro_f1, min_margin: 0.05, model: triage}
   eval: [eval.jsonl]
@@ -66,6 +73,7 @@ gate:
   seeds: [3, 1, 7]
   timeout_s: 120
 """
+    )
     spec = parse_job_text(text, source="job.yaml", base_dir=jobdir)
     assert spec.gate is not None
     assert spec.gate["config"] == {"metric": "macro_f1", "min_margin": 0.05, "model": "triage"}
@@ -74,31 +82,76 @@ gate:
     assert spec.seeds == (3, 1, 7) and spec.gate["timeout_s"] == 120.0
 
 
-@pytest.mark.parametrize(("section", "line", "field", "words"), [
-    ("gate:\n  config: gate.json\n  eval: eval.jsonl\n", 17, "gate", "`baseline` is missing"),
-    ("gate:\n  config: gate.json\n  eval: eval.jsonl\n  baseline: predictions:baseline.jsonl\n  seeds: [1]\n",
-     21, "gate.seeds", "at least two"),
-    ("gate:\n  config: gate.json\n  eval: eval.jsonl\n  baseline: predictions:baseline.jsonl\n  seeds: [2, 2]\n",
-     21, "gate.seeds", "repeats a seed"),
-    ("gate:\n  config: gate.json\n  eval: eval.jsonl\n  baseline: predictions:baseline.jsonl\n  seeds: [1, x]\n",
-     21, "gate.seeds[1]", "whole number"),
-    ("gate:\n  config: gate.json\n  eval: eval.jsonl\n  baseline: rules.py\n", 20, "gate.baseline", "not a predictor"),
-    ("gate:\n  config: gate.json\n  eval: eval.jsonl\n  baseline: adapter:model\n", 20, "gate.baseline",
-     "not an adapter"),
-    ("gate:\n  config: gate.json\n  eval: missing.jsonl\n  baseline: predictions:baseline.jsonl\n", 19,
-     "gate.eval", "does not exist"),
-    ("gate:\n  config: gate.json\n  eval: eval.jsonl\n  baseline: predictions:baseline.jsonl\n  seed: [1, 2]\n",
-     21, "gate.seed", "unknown field"),
-    ("gate:\n  config: {metric: f1}\n  eval: eval.jsonl\n  baseline: predictions:baseline.jsonl\n", 18,
-     "gate.config.metric", "not one of accuracy, macro_f1"),
-    ("gate:\n  config: {metric: accuracy, min_marign: 0.1}\n  eval: eval.jsonl\n  baseline: command:x\n", 18,
-     "gate.config.min_marign", "unknown field"),
-    ("gate:\n  config: gate.json\n  eval: eval.jsonl\n  baseline: command:x\n  timeout_s: 5000\n", 21,
-     "gate.timeout_s", "at most 1700"),
-    ("gate: gate.json\n", 17, "gate", "must be a mapping"),
-])
-def test_a_bad_gate_section_names_the_field_and_line(jobdir: Path, section: str, line: int, field: str,
-                                                     words: str) -> None:
+@pytest.mark.parametrize(
+    ("section", "line", "field", "words"),
+    [
+        ("gate:\n  config: gate.json\n  eval: eval.jsonl\n", 17, "gate", "`baseline` is missing"),
+        (
+            "gate:\n  config: gate.json\n  eval: eval.jsonl\n  baseline: predictions:baseline.jsonl\n  seeds: [1]\n",
+            21,
+            "gate.seeds",
+            "at least two",
+        ),
+        (
+            "gate:\n  config: gate.json\n  eval: eval.jsonl\n  baseline: predictions:baseline.jsonl\n  seeds: [2, 2]\n",
+            21,
+            "gate.seeds",
+            "repeats a seed",
+        ),
+        (
+            "gate:\n  config: gate.json\n  eval: eval.jsonl\n  baseline: predictions:baseline.jsonl\n  seeds: [1, x]\n",
+            21,
+            "gate.seeds[1]",
+            "whole number",
+        ),
+        (
+            "gate:\n  config: gate.json\n  eval: eval.jsonl\n  baseline: rules.py\n",
+            20,
+            "gate.baseline",
+            "not a predictor",
+        ),
+        (
+            "gate:\n  config: gate.json\n  eval: eval.jsonl\n  baseline: adapter:model\n",
+            20,
+            "gate.baseline",
+            "not an adapter",
+        ),
+        (
+            "gate:\n  config: gate.json\n  eval: missing.jsonl\n  baseline: predictions:baseline.jsonl\n",
+            19,
+            "gate.eval",
+            "does not exist",
+        ),
+        (
+            "gate:\n  config: gate.json\n  eval: eval.jsonl\n  baseline: predictions:baseline.jsonl\n  seed: [1, 2]\n",
+            21,
+            "gate.seed",
+            "unknown field",
+        ),
+        (
+            "gate:\n  config: {metric: f1}\n  eval: eval.jsonl\n  baseline: predictions:baseline.jsonl\n",
+            18,
+            "gate.config.metric",
+            "not one of accuracy, macro_f1",
+        ),
+        (
+            "gate:\n  config: {metric: accuracy, min_marign: 0.1}\n  eval: eval.jsonl\n  baseline: command:x\n",
+            18,
+            "gate.config.min_marign",
+            "unknown field",
+        ),
+        (
+            "gate:\n  config: gate.json\n  eval: eval.jsonl\n  baseline: command:x\n  timeout_s: 5000\n",
+            21,
+            "gate.timeout_s",
+            "at most 1700",
+        ),
+        ("gate: gate.json\n", 17, "gate", "must be a mapping"),
+    ],
+)
+def test_a_bad_gate_section_names_the_field_and_line(
+    jobdir: Path, section: str, line: int, field: str, words: str
+) -> None:
     """Each mistake in the gate section is refused before anything is enqueued, naming line and field."""
     err = bad(HEAD + section, jobdir)
     assert err.line == line and err.field == field and words in err.problem, str(err)
@@ -107,8 +160,10 @@ def test_a_bad_gate_section_names_the_field_and_line(jobdir: Path, section: str,
 
 def test_a_bad_eval_row_names_the_eval_file_line(jobdir: Path) -> None:
     """An eval row without `expected` is named by the eval file's line, at submit, not at evaluation."""
-    (jobdir / "eval.jsonl").write_text('{"id": "h1", "slice": "heldout", "prompt": "a", "expected": "b"}\n'
-                                       '{"id": "h2", "slice": "heldout", "prompt": "a"}\n')
+    (jobdir / "eval.jsonl").write_text(
+        '{"id": "h1", "slice": "heldout", "prompt": "a", "expected": "b"}\n'
+        '{"id": "h2", "slice": "heldout", "prompt": "a"}\n'
+    )
     err = bad(HEAD + GATE, jobdir)
     assert err.field == "gate.eval" and err.line == 19 and "eval.jsonl line 2" in err.problem
 

@@ -42,8 +42,13 @@ def env(tmp_path: Path, fake_vast: FakeVast, fake_runpod: FakeRunPod) -> dict[st
 def tuneharness(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
     """Run `tuneharness ARGS` with no terminal on stdin."""
     return subprocess.run(
-        [sys.executable, "-m", "app.cli.main", *args], env=env, cwd=REPO, text=True,
-        capture_output=True, stdin=subprocess.DEVNULL, timeout=60,
+        [sys.executable, "-m", "app.cli.main", *args],
+        env=env,
+        cwd=REPO,
+        text=True,
+        capture_output=True,
+        stdin=subprocess.DEVNULL,
+        timeout=60,
     )
 
 
@@ -56,8 +61,20 @@ def ledger_rows(env: dict[str, str]) -> list[LedgerRow]:
 
 def test_offers_json_sorted_by_expected_cost(env: dict[str, str]) -> None:
     """Pricing 10 h, 100 GB disk and 200 GB download reorders Vast's offers away from plain $/h."""
-    done = tuneharness(env, "market", "offers", "--provider", "vast", "--hours", "10", "--disk-gb", "100",
-                       "--download-gb", "200", "--json")
+    done = tuneharness(
+        env,
+        "market",
+        "offers",
+        "--provider",
+        "vast",
+        "--hours",
+        "10",
+        "--disk-gb",
+        "100",
+        "--download-gb",
+        "200",
+        "--json",
+    )
     assert done.returncode == 0, done.stderr
     rows = json.loads(done.stdout)
     # 5003 is cheapest per hour (0.09) but its storage (0.40) and traffic (0.02/GB) price it last but one
@@ -66,16 +83,33 @@ def test_offers_json_sorted_by_expected_cost(env: dict[str, str]) -> None:
     assert costs == sorted(costs)
     first = rows[0]
     assert first["expected_cost_usd"] == pytest.approx(0.11 * 10 + 0.15 * 100 * 10 / 720 + 0.002 * 200)
-    required = {"provider", "offer_id", "machine_id", "gpu_name", "num_gpus", "gpu_ram_gb", "dph_total",
-                "storage_per_gb_month", "inet_down_per_gb", "reliability", "expected_cost_usd"}
+    required = {
+        "provider",
+        "offer_id",
+        "machine_id",
+        "gpu_name",
+        "num_gpus",
+        "gpu_ram_gb",
+        "dph_total",
+        "storage_per_gb_month",
+        "inet_down_per_gb",
+        "reliability",
+        "expected_cost_usd",
+    }
     assert required <= set(first)
     assert (first["provider"], first["machine_id"], first["gpu_ram_gb"], first["price_unknown"]) == (
-        "vast", "41", 24.58, [])
+        "vast",
+        "41",
+        24.58,
+        [],
+    )
 
 
 def test_offers_flag_unknown_prices(env: dict[str, str]) -> None:
     """RunPod publishes no storage or traffic price: they count 0 and are listed in price_unknown."""
-    done = tuneharness(env, "market", "offers", "--provider", "runpod", "--gpu", "RTX 3090", "--disk-gb", "50", "--json")
+    done = tuneharness(
+        env, "market", "offers", "--provider", "runpod", "--gpu", "RTX 3090", "--disk-gb", "50", "--json"
+    )
     assert done.returncode == 0, done.stderr
     (row,) = json.loads(done.stdout)
     assert row["expected_cost_usd"] == pytest.approx(0.22)
@@ -133,8 +167,14 @@ def test_instances_json(env: dict[str, str], fake_vast: FakeVast) -> None:
     done = tuneharness(env, "market", "instances", "--provider", "vast", "--json")
     assert done.returncode == 0, done.stderr
     (row,) = json.loads(done.stdout)
-    assert (row["instance_id"], row["machine_id"], row["label"], row["state"], row["status_line"], row["dph_total"]) == (
-        instance_id, "43", "th-job-1", "running", "success, running img", 0.09)
+    assert (
+        row["instance_id"],
+        row["machine_id"],
+        row["label"],
+        row["state"],
+        row["status_line"],
+        row["dph_total"],
+    ) == (instance_id, "43", "th-job-1", "running", "success, running img", 0.09)
 
 
 def test_stop_is_a_ledger_event_with_reason_operator(env: dict[str, str], fake_vast: FakeVast) -> None:
@@ -147,7 +187,12 @@ def test_stop_is_a_ledger_event_with_reason_operator(env: dict[str, str], fake_v
     assert fake_vast.instances[instance_id]["intended_status"] == "stopped"
     (row,) = ledger_rows(env)
     assert (row.kind, row.provider, row.instance, row.machine, row.reason) == (
-        "instance_stopped", "vast", instance_id, "43", "operator")
+        "instance_stopped",
+        "vast",
+        instance_id,
+        "43",
+        "operator",
+    )
     assert row.rate_usd_per_hour == 0.09 and row.at
     assert row.payload["label"] == "th-job-1" and row.payload["state_before"] == "running"
 
@@ -156,8 +201,12 @@ def test_a_failed_stop_is_written_down_too(env: dict[str, str], fake_vast: FakeV
     """When the vendor refuses the stop, the attempt is an instance_stop_failed event and the command exits 1."""
     market = VastMarket(api_key=fake_vast.api_key, api_url=fake_vast.url)
     instance_id = market.create(market.search_offers(OfferQuery())[0], SPEC)
-    fake_vast.inject(500, {"success": False, "error": "internal", "msg": "host unreachable"},
-                     match=f"/instances/{instance_id}/", method="PUT")
+    fake_vast.inject(
+        500,
+        {"success": False, "error": "internal", "msg": "host unreachable"},
+        match=f"/instances/{instance_id}/",
+        method="PUT",
+    )
     done = tuneharness(env, "stop", "--provider", "vast", "--instance", instance_id)
     assert done.returncode == 1
     assert "host unreachable" in done.stderr and len(done.stderr.strip().splitlines()) == 1
@@ -195,7 +244,12 @@ def test_destroy_with_yes_is_a_ledger_event(env: dict[str, str], fake_runpod: Fa
     assert pod_id not in fake_runpod.pods and fake_runpod.calls_to("podTerminate")
     (row,) = ledger_rows(env)
     assert (row.kind, row.provider, row.instance, row.machine, row.reason) == (
-        "instance_destroyed", "runpod", pod_id, machine, "operator")
+        "instance_destroyed",
+        "runpod",
+        pod_id,
+        machine,
+        "operator",
+    )
     assert row.rate_usd_per_hour == pytest.approx(0.22)
     assert row.payload["already_gone"] is False
 
@@ -217,8 +271,13 @@ def test_destroy_asks_on_a_terminal(env: dict[str, str], fake_vast: FakeVast, an
     try:
         os.write(leader, f"{answer}\n".encode())
         done = subprocess.run(
-            [sys.executable, "-m", "app.cli.main", "destroy", "-p", "vast", "-i", instance_id], env=env, cwd=REPO,
-            text=True, capture_output=True, stdin=follower, timeout=60,
+            [sys.executable, "-m", "app.cli.main", "destroy", "-p", "vast", "-i", instance_id],
+            env=env,
+            cwd=REPO,
+            text=True,
+            capture_output=True,
+            stdin=follower,
+            timeout=60,
         )
     finally:
         os.close(follower)

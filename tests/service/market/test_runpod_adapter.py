@@ -22,8 +22,12 @@ from providers.http import RetryPolicy
 from providers.runpod import CAPACITY_ERROR, RunPodMarket, runpod_instance
 
 SPEC = LaunchSpec(
-    image="runpod/pytorch:2.4.0-py3.11-cuda12.4.1-devel-ubuntu22.04", disk_gb=60, label="th-job-9",
-    ssh_public_key="ssh-ed25519 AAAAC3Nz job-9", env={"JOB": "9"}, onstart="touch /ready",
+    image="runpod/pytorch:2.4.0-py3.11-cuda12.4.1-devel-ubuntu22.04",
+    disk_gb=60,
+    label="th-job-9",
+    ssh_public_key="ssh-ed25519 AAAAC3Nz job-9",
+    env={"JOB": "9"},
+    onstart="touch /ready",
 )
 
 
@@ -65,7 +69,9 @@ def test_search_lists_only_community_types_in_stock(runpod: RunPodMarket, fake_r
 def test_search_filters_by_name_and_vram(runpod: RunPodMarket) -> None:
     """The GPU filter matches the display name or the type id; VRAM is a floor."""
     assert [o.gpu_name for o in runpod.search_offers(OfferQuery(gpu_names=("RTX_4090",)))] == ["RTX 4090"]
-    assert [o.gpu_name for o in runpod.search_offers(OfferQuery(gpu_names=("NVIDIA GeForce RTX 3090",)))] == ["RTX 3090"]
+    assert [o.gpu_name for o in runpod.search_offers(OfferQuery(gpu_names=("NVIDIA GeForce RTX 3090",)))] == [
+        "RTX 3090"
+    ]
     assert [o.gpu_name for o in runpod.search_offers(OfferQuery(min_gpu_ram_gb=40))] == ["A100 PCIe"]
 
 
@@ -76,11 +82,21 @@ def test_create_deploys_through_variables(runpod: RunPodMarket, fake_runpod: Fak
     assert '"' not in call.body["query"]
     deploy = call.body["variables"]["input"]
     assert deploy == {
-        "name": "th-job-9", "imageName": SPEC.image, "cloudType": "COMMUNITY",
-        "gpuTypeId": "NVIDIA GeForce RTX 4090", "gpuCount": 2, "containerDiskInGb": 60, "volumeInGb": 0,
-        "ports": "22/tcp", "supportPublicIp": True, "startSsh": True,
-        "env": [{"key": "JOB", "value": "9"}, {"key": "PUBLIC_KEY", "value": "ssh-ed25519 AAAAC3Nz job-9"},
-                {"key": "TUNEHARNESS_ONSTART", "value": "touch /ready"}],
+        "name": "th-job-9",
+        "imageName": SPEC.image,
+        "cloudType": "COMMUNITY",
+        "gpuTypeId": "NVIDIA GeForce RTX 4090",
+        "gpuCount": 2,
+        "containerDiskInGb": 60,
+        "volumeInGb": 0,
+        "ports": "22/tcp",
+        "supportPublicIp": True,
+        "startSsh": True,
+        "env": [
+            {"key": "JOB", "value": "9"},
+            {"key": "PUBLIC_KEY", "value": "ssh-ed25519 AAAAC3Nz job-9"},
+            {"key": "TUNEHARNESS_ONSTART", "value": "touch /ready"},
+        ],
     }
     got = runpod.status(pod_id)
     assert (got.label, got.dph_total, got.state) == ("th-job-9", pytest.approx(0.68), "loading")
@@ -117,7 +133,13 @@ def test_pod_is_ready_only_with_runtime_and_a_public_22(runpod: RunPodMarket, fa
 
 @pytest.mark.parametrize(
     ("desired", "state"),
-    [("RUNNING", "loading"), ("EXITED", "stopped"), ("TERMINATED", "gone"), ("CREATED", "pending"), ("WEIRD", "unknown")],
+    [
+        ("RUNNING", "loading"),
+        ("EXITED", "stopped"),
+        ("TERMINATED", "gone"),
+        ("CREATED", "pending"),
+        ("WEIRD", "unknown"),
+    ],
 )
 def test_desired_status_maps_to_our_states(desired: str, state: str) -> None:
     """desiredStatus is intent: without a runtime even RUNNING is only loading."""
@@ -213,7 +235,8 @@ def test_the_fake_refuses_string_formatted_queries(fake_runpod: FakeRunPod) -> N
     import httpx
 
     reply = httpx.post(
-        fake_runpod.url, json={"query": 'query { pod(input: {podId: "x"}) { id } }'},
+        fake_runpod.url,
+        json={"query": 'query { pod(input: {podId: "x"}) { id } }'},
         headers={"Authorization": f"Bearer {fake_runpod.api_key}"},
     )
     assert reply.status_code == 200 and "variables" in reply.json()["errors"][0]["message"]

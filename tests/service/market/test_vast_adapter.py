@@ -22,8 +22,12 @@ from providers.http import RetryPolicy
 from providers.vast import VastMarket, vast_instance
 
 SPEC = LaunchSpec(
-    image="pytorch/pytorch:2.4.0-cuda12.4-cudnn9-runtime", disk_gb=60, label="th-job-7",
-    ssh_public_key="ssh-ed25519 AAAAC3Nz job-7", env={"JOB": "7"}, onstart="touch /ready",
+    image="pytorch/pytorch:2.4.0-cuda12.4-cudnn9-runtime",
+    disk_gb=60,
+    label="th-job-7",
+    ssh_public_key="ssh-ed25519 AAAAC3Nz job-7",
+    env={"JOB": "7"},
+    onstart="touch /ready",
 )
 
 
@@ -76,8 +80,14 @@ def test_create_sends_the_launch_spec_and_attaches_the_ssh_key(vast: VastMarket,
     put = fake_vast.calls_to("/api/v0/asks/5001/")[0]
     assert put.method == "PUT"
     assert put.body == {
-        "client_id": "me", "image": SPEC.image, "disk": 60, "env": {"JOB": "7"}, "onstart": "touch /ready",
-        "runtype": "ssh_direc ssh_proxy", "label": "th-job-7", "cancel_unavail": True,
+        "client_id": "me",
+        "image": SPEC.image,
+        "disk": 60,
+        "env": {"JOB": "7"},
+        "onstart": "touch /ready",
+        "runtype": "ssh_direc ssh_proxy",
+        "label": "th-job-7",
+        "cancel_unavail": True,
     }
     ssh = fake_vast.calls_to(f"/api/v0/instances/{instance_id}/ssh/")[0]
     assert ssh.body == {"ssh_key": "ssh-ed25519 AAAAC3Nz job-7"}

@@ -35,8 +35,12 @@ def test_client_sleeps_the_jittered_backoff_between_tries(fake_vast: FakeVast) -
     http.set_testing(False)
     slept: list[float] = []
     client = VendorClient(
-        provider="vast", base_url=fake_vast.url, api_key=fake_vast.api_key,
-        retry=RetryPolicy(attempts=4, base_s=0.5, cap_s=1.5), sleep=slept.append, jitter=lambda: 1.0,
+        provider="vast",
+        base_url=fake_vast.url,
+        api_key=fake_vast.api_key,
+        retry=RetryPolicy(attempts=4, base_s=0.5, cap_s=1.5),
+        sleep=slept.append,
+        jitter=lambda: 1.0,
     )
     fake_vast.inject(503, "busy", times=10)
     with pytest.raises(ProviderBusy, match="gave up after 4 tries"):
@@ -48,8 +52,13 @@ def test_client_sleeps_the_jittered_backoff_between_tries(fake_vast: FakeVast) -
 def test_test_mode_keeps_the_tries_but_not_the_waits(fake_vast: FakeVast) -> None:
     """set_testing(True) zeroes the waits; the client still tries until it succeeds."""
     slept: list[float] = []
-    client = VendorClient(provider="vast", base_url=fake_vast.url, api_key=fake_vast.api_key,
-                          retry=RetryPolicy(attempts=3), sleep=slept.append)
+    client = VendorClient(
+        provider="vast",
+        base_url=fake_vast.url,
+        api_key=fake_vast.api_key,
+        retry=RetryPolicy(attempts=3),
+        sleep=slept.append,
+    )
     fake_vast.inject(502, "bad gateway", times=2)
     response = client.request("GET", "/api/v0/instances/", translate=_busy_unless_ok)
     assert body_json(response)["instances"] == [] and slept == [] and len(fake_vast.calls) == 3
@@ -102,8 +111,10 @@ def test_the_fake_records_calls_without_the_key(fake_vast: FakeVast) -> None:
 def test_the_demo_entry_serves_a_fake_until_interrupted() -> None:
     """`python -m providers.fakes vast` prints the variables to export and answers on that URL."""
     proc = subprocess.Popen(
-        [sys.executable, "-m", "providers.fakes", "vast", "--api-key", "demo"], cwd=REPO,
-        stdout=subprocess.PIPE, text=True,
+        [sys.executable, "-m", "providers.fakes", "vast", "--api-key", "demo"],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        text=True,
     )
     try:
         assert proc.stdout is not None

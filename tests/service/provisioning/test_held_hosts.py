@@ -35,8 +35,16 @@ def _trace(path: Path, *, slow: tuple[str, ...] = ()) -> Path:
         truth: dict[str, Any] = {"pull_mbps": 30} if f"m-{i}" in slow else {}
         hosts.append({"machine_id": f"m-{i}", "offer": {**OFFER, "dph": round(0.10 + 0.01 * i, 2)}, "truth": truth})
     hosts.append({"machine_id": "m-4090", "offer": {**OFFER, "gpu_name": "RTX 4090", "dph": 0.4}, "truth": {}})
-    path.write_text(json.dumps({"format": "tuneharness-market-trace/1", "name": "held",
-                                "workload": {"image_gb": 2, "model_gb": 1}, "hosts": hosts}))
+    path.write_text(
+        json.dumps(
+            {
+                "format": "tuneharness-market-trace/1",
+                "name": "held",
+                "workload": {"image_gb": 2, "model_gb": 1},
+                "hosts": hosts,
+            }
+        )
+    )
     return path
 
 
@@ -55,9 +63,13 @@ class Fleet:
         self.images: dict[str, str] = {}
         self.preflights: list[tuple[str, str]] = []  # (key job, instance)
         self.svc = ProvisioningService(
-            self.engine, market_for=lambda _name: self.market, clock=self.clock, run_preflight=self.preflight,
-            launch_spec_for=lambda job: LaunchSpec(image=self.images.get(job, "img"), disk_gb=20, label="",
-                                                   ssh_public_key=f"ssh-ed25519 {job}"),
+            self.engine,
+            market_for=lambda _name: self.market,
+            clock=self.clock,
+            run_preflight=self.preflight,
+            launch_spec_for=lambda job: LaunchSpec(
+                image=self.images.get(job, "img"), disk_gb=20, label="", ssh_public_key=f"ssh-ed25519 {job}"
+            ),
         )
         self.pending: dict[str, tuple[float, str | None]] = {}  # job -> (when, preflight instance)
         self.handed: dict[str, str] = {}
@@ -65,8 +77,11 @@ class Fleet:
     def preflight(self, market: Market, job_id: str, instance_id: str) -> PreflightResult:
         self.preflights.append((job_id, instance_id))
         raw = self.market.referee.preflight_report(instance_id)
-        return PreflightResult(None, "ssh_unreachable", "no SSH") if raw is None else PreflightResult(
-            PreflightReport.from_mapping(raw))
+        return (
+            PreflightResult(None, "ssh_unreachable", "no SSH")
+            if raw is None
+            else PreflightResult(PreflightReport.from_mapping(raw))
+        )
 
     def schedule(self, step: Step) -> Step:
         now = self.clock.now()
@@ -97,7 +112,9 @@ class Fleet:
         raise AssertionError("did not settle")
 
     def start(self, job_id: str, *, req: Requirements | None = None, standby_hosts: int = 0) -> Step:
-        return self.schedule(self.svc.start(job_id, req=req or Requirements(), shape=SHAPE, standby_hosts=standby_hosts))
+        return self.schedule(
+            self.svc.start(job_id, req=req or Requirements(), shape=SHAPE, standby_hosts=standby_hosts)
+        )
 
     def train(self, job_id: str, **kw: Any) -> str:
         """Start the job and run the fleet until it trains; its instance."""
@@ -106,8 +123,13 @@ class Fleet:
         return self.handed[job_id]
 
     def status(self, instance_id: str, phase: Any) -> TrainerStatus:
-        return TrainerStatus(instance=self.market.status(instance_id), phase=phase, work_s=120.0,
-                             checkpoint_work_s=120.0 if phase == "finished" else 0.0, heartbeat_at=self.clock.now())
+        return TrainerStatus(
+            instance=self.market.status(instance_id),
+            phase=phase,
+            work_s=120.0,
+            checkpoint_work_s=120.0 if phase == "finished" else 0.0,
+            heartbeat_at=self.clock.now(),
+        )
 
     def finish(self, job_id: str) -> Step:
         return self.schedule(self.svc.observe(job_id, self.status(self.handed.pop(job_id), "finished")))
@@ -129,8 +151,11 @@ class Fleet:
 
     def standby_jobs_ended(self, owner: str) -> bool:
         """Every standby job of `owner` is done or failed."""
-        return all(s[0].phase in ("done", "failed") for j in self.svc.pool.standby_jobs(owner)
-                   if (s := self.svc.state(j.job_id)) is not None)
+        return all(
+            s[0].phase in ("done", "failed")
+            for j in self.svc.pool.standby_jobs(owner)
+            if (s := self.svc.state(j.job_id)) is not None
+        )
 
     def rows(self, job: str | None = None, kind: str | None = None) -> list[Any]:
         return list(Ledger(self.engine).rows(job=job, kind=kind))
@@ -277,8 +302,14 @@ def test_the_idle_watchdog_leaves_a_held_host_alone_until_its_hold_ends(tmp_path
 
     def sweep() -> list[str]:
         until = f.svc.pool.held_until()
-        return sweep_idle(f.svc.rentals, markets, now=f.clock.now(), grace_s=60.0, job_phase=lambda _j: "done",
-                          held_until=lambda r: until.get((r.provider, r.instance_id or ""))).stopped
+        return sweep_idle(
+            f.svc.rentals,
+            markets,
+            now=f.clock.now(),
+            grace_s=60.0,
+            job_phase=lambda _j: "done",
+            held_until=lambda r: until.get((r.provider, r.instance_id or "")),
+        ).stopped
 
     assert sweep() == []
     f.clock.set(held.hold_until - 10)
@@ -440,8 +471,9 @@ def test_a_host_adopted_from_another_job_is_transferred_to_the_adopter(tmp_path:
     assert abs(whole["job-a"] - share_a) < 1e-6
     assert abs(whole["job-b"] - (rate + storage_per_h) * (now - adopted_at) / 3600.0) < 1e-6
     assert abs(build_receipt(f.svc.rentals, ledger, now=now, job="job-a").as_dict()["total_usd"] - share_a) < 1e-6
-    assert abs(build_receipt(f.svc.rentals, ledger, now=now, job="job-b").as_dict()["total_usd"]
-               - whole["job-b"]) < 1e-6
+    assert (
+        abs(build_receipt(f.svc.rentals, ledger, now=now, job="job-b").as_dict()["total_usd"] - whole["job-b"]) < 1e-6
+    )
 
     # job-b's supervisor opens the host with the key whose public half is on it (job-a's).
     keys: list[str] = []
@@ -509,11 +541,16 @@ def _active_unreferenced(f: Fleet, owner: str) -> list[str]:
         if loaded is not None and loaded[0].attempt is not None and loaded[0].phase not in ("done", "failed"):
             driving.add(loaded[0].attempt.instance_id)
     driving |= {h.instance_id for h in f.svc.pool.held(owner=owner)}
-    return [r.instance_id for r in f.svc.rentals.all(states=("active",), job=owner)
-            if r.instance_id is not None and r.instance_id not in driving]
+    return [
+        r.instance_id
+        for r in f.svc.rentals.all(states=("active",), job=owner)
+        if r.instance_id is not None and r.instance_id not in driving
+    ]
 
 
-def test_a_crash_in_the_middle_of_a_hand_over_leaves_the_booting_attempt_driven(tmp_path: Path, monkeypatch: Any) -> None:
+def test_a_crash_in_the_middle_of_a_hand_over_leaves_the_booting_attempt_driven(
+    tmp_path: Path, monkeypatch: Any
+) -> None:
     """Given a hedged recovery whose hedge is verified while the job's own attempt still boots,
     when the process dies while the hand-over writes the standby job that takes that attempt,
     then the job still drives that rental itself (the hand-over wrote nothing), and after the
@@ -553,8 +590,11 @@ def test_a_crash_in_the_middle_of_a_hand_over_leaves_the_booting_attempt_driven(
     assert _active_unreferenced(f, "job-a") == []
     # the slow m-1 rental ends accounted for: trained on, held, or released by automation
     (m1,) = [r for r in f.svc.rentals.all(job="job-a") if r.machine_id == "m-1"]
-    assert m1.state != "active" or m1.instance_id in f.handed.values() or any(
-        h.instance_id == m1.instance_id for h in f.svc.pool.held(owner="job-a"))
+    assert (
+        m1.state != "active"
+        or m1.instance_id in f.handed.values()
+        or any(h.instance_id == m1.instance_id for h in f.svc.pool.held(owner="job-a"))
+    )
 
 
 def test_two_steps_of_one_recovery_at_once_adopt_one_host_between_them(tmp_path: Path, monkeypatch: Any) -> None:
@@ -589,7 +629,8 @@ def test_two_steps_of_one_recovery_at_once_adopt_one_host_between_them(tmp_path:
 
 
 def test_a_standby_host_verified_while_the_recoverys_own_host_passes_preflight_is_held_not_handed_over(
-        tmp_path: Path, monkeypatch: Any) -> None:
+    tmp_path: Path, monkeypatch: Any
+) -> None:
     """Both hosts pass their preflights at the same instant (two Celery tasks): the recovering
     job's own preflight step holds the job's step lease while it hands training over; the standby
     job's offer waits for that lease, then finds the job training and leaves its host held. Before
@@ -598,6 +639,7 @@ def test_a_standby_host_verified_while_the_recoverys_own_host_passes_preflight_i
     f = Fleet(tmp_path)
     f.train("job-a")
     f.lose("job-a")
+
     def preflights() -> dict[str, str]:
         return {j: inst for j, (_, inst) in f.pending.items() if inst is not None}
 
@@ -688,8 +730,14 @@ def test_a_job_at_its_cap_ends_through_the_policy_with_its_standby_jobs(tmp_path
         ended.extend(steps)
         return bool(steps)
 
-    report = sweep_budgets(budget, rentals=f.svc.rentals, markets={"sim": f.market}, now=f.clock.now(),
-                           checkpoint_safe=lambda job: True, end_job=end_job)
+    report = sweep_budgets(
+        budget,
+        rentals=f.svc.rentals,
+        markets={"sim": f.market},
+        now=f.clock.now(),
+        checkpoint_safe=lambda job: True,
+        end_job=end_job,
+    )
     assert report.warnings == ["job-a:stop"] and first in report.stopped
     state = f.svc.state("job-a")
     assert state is not None and state[0].phase == "failed" and "budget cap reached" in (state[0].failure or "")

@@ -1,4 +1,5 @@
-"""Two jobs provisioning at once (a gated job's seed runs): an offer taken by the other job costs one try, not the job."""
+"""Two jobs provisioning at once (a gated job's seed runs): an offer taken by the other job costs
+one try, not the job."""
 
 from __future__ import annotations
 
@@ -51,9 +52,12 @@ def test_an_offer_taken_by_another_job_is_skipped_and_the_next_try_creates(tmp_p
 
     def svc(m: Any) -> ProvisioningService:
         return ProvisioningService(
-            engine, market_for=lambda _name: m, clock=clock,
+            engine,
+            market_for=lambda _name: m,
+            clock=clock,
             run_preflight=lambda *_: PreflightResult(None, "ssh_unreachable", "not in this test"),
-            launch_spec_for=lambda _job: LaunchSpec(image="img", disk_gb=20, label="", ssh_public_key="ssh-ed25519 k"))
+            launch_spec_for=lambda _job: LaunchSpec(image="img", disk_gb=20, label="", ssh_public_key="ssh-ed25519 k"),
+        )
 
     first = svc(market).start("job-1", req=Requirements(), shape=SHAPE)
     assert first.phase == "booting"

@@ -31,15 +31,21 @@ class Harness:
         self.market = SimMarket(load_trace("smoke"), self.clock)
         Budget(self.engine, Ledger(self.engine)).set_cap("job-1", 5.0)
         self.svc = ProvisioningService(
-            self.engine, market_for=lambda _name: self.market, clock=self.clock, run_preflight=self.preflight,
+            self.engine,
+            market_for=lambda _name: self.market,
+            clock=self.clock,
+            run_preflight=self.preflight,
             launch_spec_for=lambda _job: LaunchSpec(image="img", disk_gb=20, label="", ssh_public_key="ssh-ed25519 k"),
         )
 
     def preflight(self, market: Market, job_id: str, instance_id: str) -> PreflightResult:
         self.clock.advance(15.0)
         raw = self.market.referee.preflight_report(instance_id)
-        return PreflightResult(None, "ssh_unreachable", "no SSH") if raw is None else PreflightResult(
-            PreflightReport.from_mapping(raw))
+        return (
+            PreflightResult(None, "ssh_unreachable", "no SSH")
+            if raw is None
+            else PreflightResult(PreflightReport.from_mapping(raw))
+        )
 
     def drive(self, step: Step, *, limit: int = 500) -> Step:
         """What the Celery shells do: sleep until wake_at (virtually), run the preflight task, repeat."""

@@ -110,7 +110,10 @@ def test_a_step_that_cannot_get_its_lease_applies_nothing_and_comes_back(tmp_pat
     clock = VirtualClock()
     market = SimMarket(load_trace("smoke"), clock)
     svc = ProvisioningService(
-        engine, market_for=lambda _name: market, clock=clock, run_preflight=lambda *a: None,  # type: ignore[arg-type,return-value]
+        engine,
+        market_for=lambda _name: market,
+        clock=clock,
+        run_preflight=lambda *a: None,  # type: ignore[arg-type,return-value]
         launch_spec_for=lambda _job: LaunchSpec(image="img", disk_gb=20, label="", ssh_public_key="ssh-ed25519 k"),
     )
     svc.leases.wait_s = 0.05
@@ -122,7 +125,15 @@ def test_a_step_that_cannot_get_its_lease_applies_nothing_and_comes_back(tmp_pat
     assert market.referee.instance_ids() == []
     assert [r.kind for r in Ledger(engine).rows(job="job-1")] == ["step_busy"]
     with pytest.raises(StepBusy, match="another provisioning step"):
-        svc.observe("job-1", TrainerStatus(instance=None, phase=None, work_s=0.0, checkpoint_work_s=0.0,  # type: ignore[arg-type]
-                                           heartbeat_at=clock.now()))
+        svc.observe(
+            "job-1",
+            TrainerStatus(
+                instance=None,
+                phase=None,
+                work_s=0.0,
+                checkpoint_work_s=0.0,  # type: ignore[arg-type]
+                heartbeat_at=clock.now(),
+            ),
+        )
     state = svc.state("job-1")
     assert state is not None and state[1] == 1  # nothing saved

@@ -11,7 +11,10 @@ import tests.service.provisioning.test_supervisor_service as sup_tests
 from app.jobs import JobStore, parse_job_text, seed_run_id
 from tests.support.jobfiles import train_section
 
-GATED = "name: gated\n" + train_section("none") + """\
+GATED = (
+    "name: gated\n"
+    + train_section("none")
+    + """\
 needs:
   gpu: [RTX 3090]
 gate:
@@ -19,22 +22,25 @@ gate:
   eval: eval.jsonl
   baseline: predictions:baseline.jsonl
 """
+)
 
 
 def _finish(h: sup_tests.Harness) -> tuple[str, sup_tests.FakeHost]:
     inst, seq = h.start()
     seq, _, _ = h.poll(seq)
     host = h.hosts[inst]
-    host.write_complete("adapter", {"adapter_model.safetensors": b"weights", "trainer_meta.json": b"{}"}, step=20,
-                        kind="adapter")
+    host.write_complete(
+        "adapter", {"adapter_model.safetensors": b"weights", "trainer_meta.json": b"{}"}, step=20, kind="adapter"
+    )
     host.status = {"step": 20, "max_steps": 20, "phase": "finished", "updated_at": sup_tests._iso(time.time())}
     host.alive, host.exit_code = False, 0
     return str(seq), host
 
 
 @pytest.mark.parametrize("other_done", [True, False])
-def test_the_last_seed_run_to_finish_enqueues_the_evaluation(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                             other_done: bool) -> None:
+def test_the_last_seed_run_to_finish_enqueues_the_evaluation(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, other_done: bool
+) -> None:
     """Given seed 2's run done, when seed 1's adapter is pulled, the poll says `evaluate` the job (now
     `evaluating`); with seed 2 still training it says nothing more and the job waits."""
     run = seed_run_id("job-g", 1)

@@ -53,8 +53,16 @@ def _trace(path: Path) -> Path:
     offer = {"gpu_name": "RTX 3090", "num_gpus": 1, "gpu_ram_gb": 24, "inet_down_mbps": 800, "reliability": 0.995}
     hosts = [{"machine_id": "m-stale", "offer": {**offer, "dph": 0.09}, "truth": {"computes": False}}]
     hosts += [{"machine_id": f"m-{i}", "offer": {**offer, "dph": 0.1 + 0.01 * i}, "truth": {}} for i in range(3)]
-    path.write_text(json.dumps({"format": "tuneharness-market-trace/1", "name": "supervisor",
-                                "workload": {"image_gb": 2, "model_gb": 1}, "hosts": hosts}))
+    path.write_text(
+        json.dumps(
+            {
+                "format": "tuneharness-market-trace/1",
+                "name": "supervisor",
+                "workload": {"image_gb": 2, "model_gb": 1},
+                "hosts": hosts,
+            }
+        )
+    )
     return path
 
 
@@ -80,8 +88,16 @@ class FakeHost:
             self.launches += 1
             self.alive, self.exit_code = True, None
             return CommandResult(0, "", "")
-        out = ["@@STATUS", json.dumps(self.status), "@@ALIVE", "yes" if self.alive else "no", "@@EXIT",
-               "" if self.exit_code is None else str(self.exit_code), "@@LOG", self.log]
+        out = [
+            "@@STATUS",
+            json.dumps(self.status),
+            "@@ALIVE",
+            "yes" if self.alive else "no",
+            "@@EXIT",
+            "" if self.exit_code is None else str(self.exit_code),
+            "@@LOG",
+            self.log,
+        ]
         return CommandResult(0, "\n".join(out), "")
 
     def put(self, local: Path, remote: str) -> None:
@@ -120,7 +136,10 @@ class Harness:
         self.market = SimMarket(load_trace(_trace(tmp / "trace.json")), self.clock)
         Budget(self.engine, Ledger(self.engine)).set_cap(JOB, 5.0)
         self.prov = ProvisioningService(
-            self.engine, market_for=lambda _name: self.market, clock=self.clock, run_preflight=self.preflight,
+            self.engine,
+            market_for=lambda _name: self.market,
+            clock=self.clock,
+            run_preflight=self.preflight,
             launch_spec_for=lambda _job: LaunchSpec(image="img", disk_gb=20, label="", ssh_public_key="ssh-ed25519 k"),
         )
         self.hosts: dict[str, FakeHost] = {}
@@ -131,23 +150,34 @@ class Harness:
         (tmp / "data" / "train.jsonl").write_text('{"prompt": "a", "completion": "b"}\n')
         self.store = LocalArtifactStore(tmp / "store")
         self.sup = SupervisorService(
-            self.engine, provisioning=self.prov, shell_for=self.shell_for, store=self.store,
-            staging=tmp / "staging", bundle_for=self.bundle, trainer_dir=ROOT / "trainer",
-            notifier=self.notifier, triage=lambda _job, _log: self.triage_answer,
+            self.engine,
+            provisioning=self.prov,
+            shell_for=self.shell_for,
+            store=self.store,
+            staging=tmp / "staging",
+            bundle_for=self.bundle,
+            trainer_dir=ROOT / "trainer",
+            notifier=self.notifier,
+            triage=lambda _job, _log: self.triage_answer,
             cfg=SupervisorConfig(monitor_s=30.0, repoll_s=10.0),
         )
 
     def bundle(self, _job: str) -> Bundle:
-        return Bundle({"base_model": "base_model", "train_file": "data/train.jsonl", "max_steps": 20},
-                      ((self.tmp / "data" / "train.jsonl", "data/train.jsonl"),))
+        return Bundle(
+            {"base_model": "base_model", "train_file": "data/train.jsonl", "max_steps": 20},
+            ((self.tmp / "data" / "train.jsonl", "data/train.jsonl"),),
+        )
 
     def shell_for(self, inst: Instance, _job: str) -> FakeHost:
         return self.hosts.setdefault(inst.instance_id, FakeHost(self.tmp / "hosts" / inst.instance_id))
 
     def preflight(self, market: Market, job_id: str, instance_id: str) -> PreflightResult:
         raw = self.market.referee.preflight_report(instance_id)
-        return PreflightResult(None, "ssh_unreachable", "no SSH") if raw is None else PreflightResult(
-            PreflightReport.from_mapping(raw))
+        return (
+            PreflightResult(None, "ssh_unreachable", "no SSH")
+            if raw is None
+            else PreflightResult(PreflightReport.from_mapping(raw))
+        )
 
     def provision(self, step: Step) -> str:
         """Drive provisioning (virtual time) until hand-over; arm the supervisor; return the instance."""
@@ -283,7 +313,10 @@ def test_recovery_resumes_from_the_newest_pulled_checkpoint_on_a_new_host(tmp_pa
     pushed = new_host.root / remote_job_root(JOB) / "job" / "checkpoints" / "step-00000004"
     assert (pushed / "COMPLETE").is_file() and (pushed / "trainer_state.pt").read_bytes() == b"state"
     _training(new_host, 5)
-    new_host.log = f"{_iso(time.time())} step step=5 max_steps=20 loss=1 lr=1e-3 grad_norm=1 tokens_per_s=1 samples_per_s=1 elapsed_s=1"
+    new_host.log = (
+        f"{_iso(time.time())} step step=5 max_steps=20 loss=1 lr=1e-3 grad_norm=1 tokens_per_s=1 "
+        "samples_per_s=1 elapsed_s=1"
+    )
     h.poll(seq)
     rec = [r for r in Ledger(h.engine).rows(job=JOB) if r.kind == "recovery"]
     assert len(rec) == 1 and rec[0].payload["resume_step"] == 4 and rec[0].payload["lost_steps"] == 2
@@ -322,11 +355,14 @@ def test_a_hang_is_caught_by_the_stall_window(tmp_path: Path) -> None:
     assert lost and lost[0].payload["cause"] == "hang"
 
 
-@pytest.mark.parametrize(("answer", "route"), [
-    (TriageAnswer("oom", "resume with a smaller micro-batch and more accumulation, same host"), "same_host"),
-    (TriageAnswer("cuda_fault", "replace the host, record it against the machine"), "replace"),
-    (TriageAnswer("data_error", "stop the job, tell the operator (a new host won't fix it)"), "stop"),
-])
+@pytest.mark.parametrize(
+    ("answer", "route"),
+    [
+        (TriageAnswer("oom", "resume with a smaller micro-batch and more accumulation, same host"), "same_host"),
+        (TriageAnswer("cuda_fault", "replace the host, record it against the machine"), "replace"),
+        (TriageAnswer("data_error", "stop the job, tell the operator (a new host won't fix it)"), "stop"),
+    ],
+)
 def test_a_dead_trainer_is_triaged_and_routed(tmp_path: Path, answer: TriageAnswer, route: str) -> None:
     """Trainer gone, host fine: same host relaunches, replace re-queues without the machine, stop fails the job."""
     h = Harness(tmp_path, triage=answer)
@@ -358,8 +394,9 @@ def test_a_finished_job_pulls_and_verifies_the_adapter_and_holds_the_host(tmp_pa
     inst, seq = h.start()
     seq, _, _ = h.poll(seq)
     host = h.hosts[inst]
-    host.write_complete("adapter", {"adapter_model.safetensors": b"weights", "trainer_meta.json": b"{}"}, step=20,
-                        kind="adapter")
+    host.write_complete(
+        "adapter", {"adapter_model.safetensors": b"weights", "trainer_meta.json": b"{}"}, step=20, kind="adapter"
+    )
     host.status = {"step": 20, "max_steps": 20, "phase": "finished", "updated_at": _iso(time.time())}
     host.alive, host.exit_code = False, 0
     _, nxt, _ = h.poll(seq)
@@ -401,8 +438,10 @@ def test_probe_output_and_first_step_parsing() -> None:
     """The probe's sections and train.log's step lines are read as documented."""
     parsed = parse_probe_output('@@STATUS\n{"step": 3}\n\n@@ALIVE\nno\n@@EXIT\n3\n\n@@LOG\nline')
     assert parsed == {"status": {"step": 3}, "alive": False, "exit_code": 3, "log": "line", "no_job_dir": False}
-    log = ("2026-11-29T18:52:05.963Z step step=1 max_steps=40 loss=5.5\n"
-           "2026-11-29T18:52:07.356Z step step=9 max_steps=40 loss=5.4\n")
+    log = (
+        "2026-11-29T18:52:05.963Z step step=1 max_steps=40 loss=5.5\n"
+        "2026-11-29T18:52:07.356Z step step=9 max_steps=40 loss=5.4\n"
+    )
     first = _first_step_wall(log, after_step=8, not_before_wall=0.0)
     assert first is not None and abs(first - 1795978327.356) < 1e-3
 
@@ -412,11 +451,16 @@ def test_the_probe_reads_as_much_of_train_log_as_the_triage_cli(tmp_path: Path) 
     FILE` reads, so an OOM under 20 KB of launcher noise decides both verdicts alike."""
     log = tmp_path / "job" / "train.log"
     log.parent.mkdir()
-    noise = "".join(f"[rank{r}]:W1201 12:00:0{r % 10} torch/distributed/elastic/multiprocessing/api.py:897] "
-                    f"Sending process {4000 + r} closing signal SIGTERM (waiting for it to stop)\n" for r in range(150))
+    noise = "".join(
+        f"[rank{r}]:W1201 12:00:0{r % 10} torch/distributed/elastic/multiprocessing/api.py:897] "
+        f"Sending process {4000 + r} closing signal SIGTERM (waiting for it to stop)\n"
+        for r in range(150)
+    )
     oom = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 8.00 GiB\n"
     log.write_text("step 40 loss=1.2\n" * 2000 + oom + noise)
-    out = subprocess.run(["bash", "-c", _probe_command(str(tmp_path))], capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        ["bash", "-c", _probe_command(str(tmp_path))], capture_output=True, text=True, check=True
+    ).stdout
     parsed = parse_probe_output(out)
     assert len(parsed["log"]) > 16_384 and len(parsed["log"].encode()) <= DEFAULT_TAIL_BYTES
     assert classify(parsed["log"]).state == classify(read_tail(log)).state == "oom"

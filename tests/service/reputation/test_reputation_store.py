@@ -45,7 +45,9 @@ def test_failures_keep_reason_time_and_evidence(store: ReputationStore) -> None:
     assert view.record.failures == (("boot_frozen", 100.0),)
     assert is_quarantined(view.record, now=100.0 + DEFAULT_QUARANTINE_S - 1)
     d = view.to_dict(now=200.0)
-    assert d["quarantined"] is True and d["failures"] == [{"reason": "boot_frozen", "at": 100.0, "evidence": "line unchanged 240s"}]
+    assert d["quarantined"] is True and d["failures"] == [
+        {"reason": "boot_frozen", "at": 100.0, "evidence": "line unchanged 240s"}
+    ]
 
 
 def test_records_for_ranking(store: ReputationStore) -> None:
@@ -80,8 +82,15 @@ def test_unquarantine_unknown_or_ambiguous_is_a_user_error(store: ReputationStor
 def cli(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "TUNEHARNESS_HOME": str(home), "PYTHONPATH": str(ROOT)}
     env.pop("TUNEHARNESS_DB_URL", None)
-    return subprocess.run([sys.executable, "-m", "app.cli.main", *args], cwd=ROOT, env=env, capture_output=True,
-                          text=True, timeout=60, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "app.cli.main", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
 
 
 def test_hosts_cli_lists_and_unquarantines(tmp_path: Path) -> None:

@@ -12,16 +12,25 @@ from providers.sim.client import SimClientMarket
 from providers.sim.server import SimServer
 from providers.sim.trace import TRACE_FORMAT, parse_trace
 
-TRACE = parse_trace({
-    "format": TRACE_FORMAT,
-    "name": "wire",
-    "workload": {"image_gb": 8, "model_gb": 15},
-    "hosts": [
-        {"machine_id": "m-a", "offer": {"gpu_name": "RTX 3090", "gpu_ram_gb": 24, "dph": 0.1},
-         "truth": {"pull_mbps": 1, "fatal_at_s": 0, "fatal_status": "OCI runtime create failed"}},
-        {"machine_id": "m-b", "offer": {"gpu_name": "RTX 4090", "gpu_ram_gb": 24, "dph": 0.3}, "truth": {"pull_mbps": 1}},
-    ],
-})
+TRACE = parse_trace(
+    {
+        "format": TRACE_FORMAT,
+        "name": "wire",
+        "workload": {"image_gb": 8, "model_gb": 15},
+        "hosts": [
+            {
+                "machine_id": "m-a",
+                "offer": {"gpu_name": "RTX 3090", "gpu_ram_gb": 24, "dph": 0.1},
+                "truth": {"pull_mbps": 1, "fatal_at_s": 0, "fatal_status": "OCI runtime create failed"},
+            },
+            {
+                "machine_id": "m-b",
+                "offer": {"gpu_name": "RTX 4090", "gpu_ram_gb": 24, "dph": 0.3},
+                "truth": {"pull_mbps": 1},
+            },
+        ],
+    }
+)
 
 
 @pytest.fixture

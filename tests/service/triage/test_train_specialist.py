@@ -29,15 +29,17 @@ def _every_fifth_of_each_slice(corpus: dict[str, list[dict[str, Any]]]) -> list[
 
 @pytest.mark.slow
 def test_a_weak_candidate_is_judged_against_the_shipped_incumbent_and_not_installed(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     if minilm_base_dir() is None or not promoted(DEFAULT_ADAPTER_DIR.parent):
         pytest.skip("needs the MiniLM package and the promoted shipped specialist")
     ship = tmp_path / "ship"
     monkeypatch.setattr(training, "SHIP_DIR", ship)  # never touch the package's own adapter
     monkeypatch.setattr(training, "TRIAL_DIR", tmp_path / "trial-ship")  # nor the committed trial
     monkeypatch.setattr(training, "eval_rows", _every_fifth_of_each_slice)
-    plan = training.TrainingPlan(out_dir=tmp_path / "out", max_steps=1, max_seq_len=16, quantization="none",
-                                 learning_rate=1e-4)
+    plan = training.TrainingPlan(
+        out_dir=tmp_path / "out", max_steps=1, max_seq_len=16, quantization="none", learning_rate=1e-4
+    )
     lines: list[str] = []
     summary = training.train_and_judge(plan, install=True, echo=lines.append)
 

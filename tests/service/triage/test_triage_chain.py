@@ -40,9 +40,14 @@ def fake() -> Iterator[FakeLlmServer]:
 
 
 def _config(url: str, **kw: object) -> LlmConfig:
-    env = {"TUNEHARNESS_LLM_URL": url, "TUNEHARNESS_LLM_KEY": KEY, "TUNEHARNESS_LLM_MODEL": "fake-1",
-           "TUNEHARNESS_LLM_PRICE_IN_USD_PER_MTOK": "1000", "TUNEHARNESS_LLM_PRICE_OUT_USD_PER_MTOK": "2000",
-           **{k: str(v) for k, v in kw.items()}}
+    env = {
+        "TUNEHARNESS_LLM_URL": url,
+        "TUNEHARNESS_LLM_KEY": KEY,
+        "TUNEHARNESS_LLM_MODEL": "fake-1",
+        "TUNEHARNESS_LLM_PRICE_IN_USD_PER_MTOK": "1000",
+        "TUNEHARNESS_LLM_PRICE_OUT_USD_PER_MTOK": "2000",
+        **{k: str(v) for k, v in kw.items()},
+    }
     cfg = LlmConfig.from_env(env)
     assert cfg is not None
     return cfg
@@ -69,7 +74,9 @@ def test_a_confident_specialist_answers_the_rules_residue() -> None:
     assert res.action == "replace the host, record it against the machine"
 
 
-def test_bytes_as_read_from_a_file_reach_the_specialist_and_the_llm_decoded(fake: FakeLlmServer, ledger: Ledger) -> None:
+def test_bytes_as_read_from_a_file_reach_the_specialist_and_the_llm_decoded(
+    fake: FakeLlmServer, ledger: Ledger
+) -> None:
     """A log handed over as the bytes read (invalid UTF-8 in it) goes through every stage as text."""
     seen: list[str] = []
     spec = StaticSpecialist(lambda t: seen.append(t) or {"oom": 0.4, "cuda_fault": 0.35, "stalled": 0.25})
@@ -81,22 +88,26 @@ def test_bytes_as_read_from_a_file_reach_the_specialist_and_the_llm_decoded(fake
     assert chain.triage(OBVIOUS_OOM.encode()).stage == "rules"
 
 
-LOSS_ZERO = "".join(f"{{'loss': {v}, 'grad_norm': {g}, 'epoch': {e}}}\n"
-                    for v, g, e in (("1.2", "3.0", "0.1"), ("0.9", "2.0", "0.2"), ("0.0", "0.0", "0.3"), ("0.0", "0.0", "0.4")))
+LOSS_ZERO = "".join(
+    f"{{'loss': {v}, 'grad_norm': {g}, 'epoch': {e}}}\n"
+    for v, g, e in (("1.2", "3.0", "0.1"), ("0.9", "2.0", "0.2"), ("0.0", "0.0", "0.3"), ("0.0", "0.0", "0.4"))
+)
 
 
 def test_a_weak_rules_verdict_is_overruled_only_by_a_very_sure_specialist(fake: FakeLlmServer, ledger: Ledger) -> None:
     """The rules say diverged at 0.6 (loss collapsed to 0.0): a specialist at 0.8 for another state
     is a disagreement (the LLM is asked; without one, the rules' state for an operator); at 0.95
     it overrules; agreeing at 0.8, it answers."""
+
     def specialist(state: str, p: float) -> StaticSpecialist:
         return StaticSpecialist(lambda _t: {state: p, "oom": 1 - p})
 
     res = TriageChain(specialist=specialist("progressing", 0.8)).triage(LOSS_ZERO, idle_seconds=5)
     assert (res.state, res.stage, res.needs_operator) == ("diverged", "rules", True)
     assert any("specialist disagreed: progressing p=0.80" in n for n in res.notes)
-    asked = TriageChain(specialist=specialist("progressing", 0.8),
-                        escalation=LlmEscalation(_config(fake.url), ledger)).triage(LOSS_ZERO, idle_seconds=5)
+    asked = TriageChain(
+        specialist=specialist("progressing", 0.8), escalation=LlmEscalation(_config(fake.url), ledger)
+    ).triage(LOSS_ZERO, idle_seconds=5)
     assert (asked.state, asked.stage) == ("cuda_fault", "llm") and len(fake.requests) == 1
     sure = TriageChain(specialist=specialist("progressing", 0.95)).triage(LOSS_ZERO, idle_seconds=5)
     assert (sure.state, sure.stage, sure.needs_operator) == ("progressing", "specialist", False)
@@ -127,10 +138,14 @@ def test_escalation_calls_the_endpoint_records_the_cost_and_never_the_key(fake: 
     assert KEY not in repr(_config(fake.url))
 
 
-def test_at_the_daily_cap_the_chain_returns_the_specialists_guess_for_an_operator(fake: FakeLlmServer, ledger: Ledger) -> None:
+def test_at_the_daily_cap_the_chain_returns_the_specialists_guess_for_an_operator(
+    fake: FakeLlmServer, ledger: Ledger
+) -> None:
     """Given a cap that one call's worst case exceeds, nothing is sent and the result needs an operator."""
-    chain = TriageChain(specialist=_unsure_specialist(),
-                        escalation=LlmEscalation(_config(fake.url, TUNEHARNESS_LLM_DAILY_CAP_USD="0.0001"), ledger))
+    chain = TriageChain(
+        specialist=_unsure_specialist(),
+        escalation=LlmEscalation(_config(fake.url, TUNEHARNESS_LLM_DAILY_CAP_USD="0.0001"), ledger),
+    )
     res = chain.triage(AMBIGUOUS)
     assert (res.state, res.stage, res.needs_operator) == ("oom", "specialist", True)
     assert any("cap" in n for n in res.notes)
@@ -161,17 +176,20 @@ def test_yesterdays_spend_does_not_count_against_today(fake: FakeLlmServer, ledg
 
 
 def test_no_endpoint_or_a_failing_endpoint_means_needs_operator(ledger: Ledger) -> None:
-    """Without TUNEHARNESS_LLM_URL, or with an endpoint answering 500 or refusing the key, the guess goes to an operator."""
+    """Without TUNEHARNESS_LLM_URL, or with an endpoint answering 500 or refusing the key, the guess
+    goes to an operator."""
     assert LlmConfig.from_env({}) is None
     res = TriageChain(specialist=_unsure_specialist()).triage(AMBIGUOUS)
     assert res.needs_operator and "TUNEHARNESS_LLM_URL" in res.notes[-1]
     with FakeLlmServer(key=KEY, status=500) as broken:
-        res = TriageChain(specialist=_unsure_specialist(),
-                          escalation=LlmEscalation(_config(broken.url), ledger)).triage(AMBIGUOUS)
+        res = TriageChain(
+            specialist=_unsure_specialist(), escalation=LlmEscalation(_config(broken.url), ledger)
+        ).triage(AMBIGUOUS)
         assert res.needs_operator and "HTTP 500" in res.notes[-1]
     with FakeLlmServer(key="another-key") as strict:
-        res = TriageChain(specialist=_unsure_specialist(),
-                          escalation=LlmEscalation(_config(strict.url), ledger)).triage(AMBIGUOUS)
+        res = TriageChain(
+            specialist=_unsure_specialist(), escalation=LlmEscalation(_config(strict.url), ledger)
+        ).triage(AMBIGUOUS)
         assert res.needs_operator and "HTTP 401" in res.notes[-1]
     assert ledger.rows() == []
 
@@ -192,32 +210,51 @@ def test_llm_settings_are_validated_with_the_variable_named() -> None:
         LlmConfig.from_env({"TUNEHARNESS_LLM_URL": "http://x", "TUNEHARNESS_LLM_DAILY_CAP_USD": "-1"})
 
 
-@pytest.mark.parametrize(("content", "state"), [
-    ('{"state": "oom", "reason": "x"}', "oom"),
-    ("The run is stalled (watchdog).", "stalled"),
-    ("```json\n{\"state\": \"io_error\"}\n```", "io_error"),
-    ("I think data_error, maybe io_error", "data_error"),
-    ("no idea", None),
-])
+@pytest.mark.parametrize(
+    ("content", "state"),
+    [
+        ('{"state": "oom", "reason": "x"}', "oom"),
+        ("The run is stalled (watchdog).", "stalled"),
+        ('```json\n{"state": "io_error"}\n```', "io_error"),
+        ("I think data_error, maybe io_error", "data_error"),
+        ("no idea", None),
+    ],
+)
 def test_answers_are_parsed_into_one_of_the_states(content: str, state: str | None) -> None:
     """JSON answers, prose and fenced JSON are parsed into a state; nonsense is None."""
     assert parse_state(content) == state
 
 
 def _cli(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "app.cli.main", "triage", *args], cwd=REPO, env=env,
-                          capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "app.cli.main", "triage", *args],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def test_cli_jsonl_writes_one_line_per_row_and_records_llm_spend(tmp_path: Path, fake: FakeLlmServer) -> None:
-    """`triage --jsonl` answers each row (rules or llm stage) and the LLM's spend is in the ledger of TUNEHARNESS_HOME."""
+    """`triage --jsonl` answers each row (rules or llm stage) and the LLM's spend is in the ledger of
+    TUNEHARNESS_HOME."""
     home = tmp_path / "home"
-    rows = [{"id": "a", "log": OBVIOUS_OOM}, {"id": "b", "log": AMBIGUOUS, "idle_seconds": 3},
-            {"id": "c", "log": "\x00\x01garbage"}]
+    rows = [
+        {"id": "a", "log": OBVIOUS_OOM},
+        {"id": "b", "log": AMBIGUOUS, "idle_seconds": 3},
+        {"id": "c", "log": "\x00\x01garbage"},
+    ]
     inp = tmp_path / "in.jsonl"
     inp.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    env = {**os.environ, "TUNEHARNESS_HOME": str(home), "TUNEHARNESS_LLM_URL": fake.url, "TUNEHARNESS_LLM_KEY": KEY,
-           "TUNEHARNESS_LLM_PRICE_IN_USD_PER_MTOK": "1", "TUNEHARNESS_LLM_PRICE_OUT_USD_PER_MTOK": "1"}
+    env = {
+        **os.environ,
+        "TUNEHARNESS_HOME": str(home),
+        "TUNEHARNESS_LLM_URL": fake.url,
+        "TUNEHARNESS_LLM_KEY": KEY,
+        "TUNEHARNESS_LLM_PRICE_IN_USD_PER_MTOK": "1",
+        "TUNEHARNESS_LLM_PRICE_OUT_USD_PER_MTOK": "1",
+    }
     proc = _cli(["--jsonl", str(inp), "--no-specialist"], env)
     assert proc.returncode == 0, proc.stderr
     out = [json.loads(line) for line in proc.stdout.splitlines()]
@@ -253,13 +290,19 @@ def test_cli_verdict_without_an_llm_never_imports_the_database_layer(tmp_path: P
     env.pop("TUNEHARNESS_LLM_URL", None)
 
     def imported(extra_env: dict[str, str]) -> set[str]:
-        proc = subprocess.run([sys.executable, "-X", "importtime", "-m", "app.cli.main", "triage", str(log),
-                               "--no-specialist"], cwd=REPO, env={**env, **extra_env}, capture_output=True,
-                              text=True, timeout=120)
+        proc = subprocess.run(
+            [sys.executable, "-X", "importtime", "-m", "app.cli.main", "triage", str(log), "--no-specialist"],
+            cwd=REPO,
+            env={**env, **extra_env},
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert proc.returncode == 0, proc.stderr
         assert proc.stdout.startswith("oom")
         return {line.rsplit("|", 1)[1].strip() for line in proc.stderr.splitlines() if line.startswith("import time:")}
 
     assert not {"sqlalchemy", "sqlmodel", "app.budget", "app.ledger"} & imported({})
-    assert {"sqlalchemy", "app.ledger"} <= imported({"TUNEHARNESS_LLM_URL": "http://127.0.0.1:9/v1",
-                                                     "TUNEHARNESS_LLM_KEY": "k", "TUNEHARNESS_LLM_MODEL": "m"})
+    assert {"sqlalchemy", "app.ledger"} <= imported(
+        {"TUNEHARNESS_LLM_URL": "http://127.0.0.1:9/v1", "TUNEHARNESS_LLM_KEY": "k", "TUNEHARNESS_LLM_MODEL": "m"}
+    )

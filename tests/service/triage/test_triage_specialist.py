@@ -16,8 +16,10 @@ from app.triage.specialist import (
 
 pytestmark = pytest.mark.slow
 
-needs_adapter = pytest.mark.skipif(not (DEFAULT_ADAPTER_DIR / "trainer_meta.json").is_file(),
-                                   reason="no specialist adapter shipped in app/triage/log_doctor/adapter")
+needs_adapter = pytest.mark.skipif(
+    not (DEFAULT_ADAPTER_DIR / "trainer_meta.json").is_file(),
+    reason="no specialist adapter shipped in app/triage/log_doctor/adapter",
+)
 
 
 @needs_adapter
@@ -25,9 +27,11 @@ def test_the_shipped_specialist_scores_a_batch_in_one_trainer_call() -> None:
     """Three digests go through one trainer subprocess and come back as scores over the eight states."""
     spec = default_specialist(require_promotion=False)
     assert spec is not None
-    logs = [("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\n", 5.0),
-            ("{'loss': 1.2, 'grad_norm': 0.4, 'learning_rate': 1e-05, 'epoch': 0.3}\n 30%|███ | 300/1000\n", 5.0),
-            ("Training completed. Do not forget to share your model on huggingface.co/models =)\n", 4000.0)]
+    logs = [
+        ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\n", 5.0),
+        ("{'loss': 1.2, 'grad_norm': 0.4, 'learning_rate': 1e-05, 'epoch': 0.3}\n 30%|███ | 300/1000\n", 5.0),
+        ("Training completed. Do not forget to share your model on huggingface.co/models =)\n", 4000.0),
+    ]
     scores = spec.predict([digest(text, idle) for text, idle in logs])
     assert spec.calls == 1 and len(scores) == 3
     for s in scores:
@@ -59,8 +63,10 @@ def test_the_serving_specialist_loads_once_for_many_calls_and_agrees_with_the_ba
     """Two predict calls on one `trainer predict --serve` process start it once and give the batch form's answers."""
     from app.triage.specialist import ServingSpecialist
 
-    texts = [digest("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\n", 5.0),
-             digest("RuntimeError: CUDA error: an illegal memory access was encountered\n", 5.0)]
+    texts = [
+        digest("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\n", 5.0),
+        digest("RuntimeError: CUDA error: an illegal memory access was encountered\n", 5.0),
+    ]
     batch = TrainerSpecialist(DEFAULT_ADAPTER_DIR).predict(texts)
     with ServingSpecialist(DEFAULT_ADAPTER_DIR) as served:
         first = served.predict(texts[:1])

@@ -20,14 +20,28 @@ FOUNDATION: dict[str, Any] = {
     "cpu_affinity": [0],
     "started_utc": "2026-12-04T23:20:05Z",
     "finished_utc": "2026-12-04T23:21:40Z",
-    "machine": {"cpu": "AMD EPYC", "cores": 2, "ram_gib": 23.5, "os": "Debian GNU/Linux 12 (bookworm)",
-                "python": "3.11.7", "torch": "2.13.0+cpu"},
+    "machine": {
+        "cpu": "AMD EPYC",
+        "cores": 2,
+        "ram_gib": 23.5,
+        "os": "Debian GNU/Linux 12 (bookworm)",
+        "python": "3.11.7",
+        "torch": "2.13.0+cpu",
+    },
     "load_before": [0.5, 0.4, 0.3],
     "load_after": [0.61, 0.45, 0.312],
-    "tables": [{"measure": "Ledger and budget throughput", "columns": ["operation", "unit", "SQLite"],
-                "rows": [["ledger append", "events/s", 1575.4], ["ledger verify", "rows/s", 87763],
-                         ["checkpoint save s", "s", 0.0096]],
-                "note": "10 appends."}],
+    "tables": [
+        {
+            "measure": "Ledger and budget throughput",
+            "columns": ["operation", "unit", "SQLite"],
+            "rows": [
+                ["ledger append", "events/s", 1575.4],
+                ["ledger verify", "rows/s", 87763],
+                ["checkpoint save s", "s", 0.0096],
+            ],
+            "note": "10 appends.",
+        }
+    ],
     "raw": None,
 }
 
@@ -64,9 +78,18 @@ def test_a_results_file_renders_as_a_table_headed_by_its_command_machine_load_an
 
 def test_rendering_is_independent_of_the_order_the_files_were_written(tmp_path: Path) -> None:
     """Sections come in a fixed order (foundation before triage), whatever the files' order on disk."""
-    triage = dict(FOUNDATION, bench="triage_chain",
-                  tables=[{"measure": "Triage chain time per tail", "columns": ["measure", "value"],
-                           "rows": [["ms per tail", 5.2]], "note": ""}])
+    triage = dict(
+        FOUNDATION,
+        bench="triage_chain",
+        tables=[
+            {
+                "measure": "Triage chain time per tail",
+                "columns": ["measure", "value"],
+                "rows": [["ms per tail", 5.2]],
+                "note": "",
+            }
+        ],
+    )
     _write(tmp_path, "triage_chain", triage)
     _write(tmp_path, "foundation", FOUNDATION)
     text = report.render(report.load_runs(tmp_path))
@@ -83,8 +106,9 @@ def test_numbers_are_formatted_one_way() -> None:
 def test_a_written_results_file_reads_back_and_renders(tmp_path: Path) -> None:
     """What `_results.write` records (this machine, its load, the date) is what the report reads."""
     table = _results.table("Celery round trip", ["what", "tasks/s"], [["ping", 581.2]])
-    started = _results.Started(command=".venv/bin/python bench/foundation.py", started_utc="2026-12-04T23:20:05Z",
-                               load_before=(0.5, 0.4, 0.3))
+    started = _results.Started(
+        command=".venv/bin/python bench/foundation.py", started_utc="2026-12-04T23:20:05Z", load_before=(0.5, 0.4, 0.3)
+    )
     path = _results.write("foundation", [table], started=started, raw={"n": 1}, results_dir=tmp_path)
     assert json.loads(path.read_text())["raw"] == {"n": 1}
     text = report.render(report.load_runs(tmp_path))
@@ -119,5 +143,6 @@ def test_docs_benchmarks_is_what_the_committed_results_render() -> None:
     """docs/benchmarks.md equals the rendering of bench/results/*.json, so it cannot drift from them."""
     expected = report.render(report.load_runs(REPO / "bench" / "results"))
     assert (REPO / "docs" / "benchmarks.md").read_text(encoding="utf-8") == expected, (
-        "docs/benchmarks.md is stale: run `python bench/report.py`")
+        "docs/benchmarks.md is stale: run `python bench/report.py`"
+    )
     assert expected.count("\n") <= report.MAX_LINES

@@ -41,9 +41,7 @@ def test_visibility_timeout_shorter_than_a_task_limit_refuses_to_start() -> None
         check_time_limits(_conf(), {"tuneharness.evaluate.slow.time_limit": 10_000})
 
 
-@pytest.mark.parametrize(
-    "key", ["broker_transport_options", "result_backend_transport_options", "visibility_timeout"]
-)
+@pytest.mark.parametrize("key", ["broker_transport_options", "result_backend_transport_options", "visibility_timeout"])
 def test_visibility_timeout_missing_in_any_of_three_places_refuses(key: str) -> None:
     """The timeout must be set where the broker, the result backend and Celery each read it."""
     c = _conf()

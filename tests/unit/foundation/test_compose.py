@@ -59,7 +59,10 @@ def test_no_secret_values_in_the_file() -> None:
 def test_flower_gets_no_secret_but_its_own_basic_auth() -> None:
     """Flower is code we did not write: its environment holds the broker, not keys or passwords."""
     env = _compose()["services"]["flower"]["environment"]
-    secret = [k for k in env if k != "FLOWER_BASIC_AUTH"
-              and any(w in k for w in ("KEY", "PASSWORD", "WEBHOOK", "DB_URL", "TOKEN"))]
+    secret = [
+        k
+        for k in env
+        if k != "FLOWER_BASIC_AUTH" and any(w in k for w in ("KEY", "PASSWORD", "WEBHOOK", "DB_URL", "TOKEN"))
+    ]
     assert not secret, secret
     assert env["TUNEHARNESS_BROKER_URL"].startswith("redis://")

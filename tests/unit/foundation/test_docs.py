@@ -108,7 +108,8 @@ def test_a_misspelled_command_in_a_doc_would_be_caught() -> None:
 # "issue 7's hedges", no "this session". The real excerpts are quoted text from public threads.
 _NUMBER = r"(?:\d+|one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|thirteen|fourteen|fifteen)"
 NARRATION = re.compile(
-    rf"(?i)(?<![a-z])(?:sessions?|issues?)[ _]?#?{_NUMBER}(?![a-z0-9])|\b(?:this|last|previous) session\b")
+    rf"(?i)(?<![a-z])(?:sessions?|issues?)[ _]?#?{_NUMBER}(?![a-z0-9])|\b(?:this|last|previous) session\b"
+)
 QUOTED_DATA = ("data/triage/",)
 
 

@@ -33,9 +33,20 @@ from app.policy.provisioning import (
 from app.policy.ranking import JobShape, Requirements
 from app.policy.retry import HeldHost
 
-OFFER = Offer(provider="sim", offer_id="a", machine_id="m-a", gpu_name="RTX 3090", num_gpus=1, gpu_ram_gb=24,
-              dph_total=0.2, storage_per_gb_month=0.1, inet_down_per_gb=0.0, inet_down_mbps=800, reliability=0.99,
-              cuda_max="12.4")
+OFFER = Offer(
+    provider="sim",
+    offer_id="a",
+    machine_id="m-a",
+    gpu_name="RTX 3090",
+    num_gpus=1,
+    gpu_ram_gb=24,
+    dph_total=0.2,
+    storage_per_gb_month=0.1,
+    inet_down_per_gb=0.0,
+    inet_down_mbps=800,
+    reliability=0.99,
+    cuda_max="12.4",
+)
 
 
 class Recorder:
@@ -65,8 +76,22 @@ class Recorder:
         return None
 
     def __getattr__(self, name: str) -> Any:  # destroy, stop, record, ... : remembered by name
-        if name in ("destroy", "stop", "record", "run_preflight", "start_training", "hold", "want_standby",
-                    "recovered", "finished", "gave_up", "wake", "release", "renew", "drop"):
+        if name in (
+            "destroy",
+            "stop",
+            "record",
+            "run_preflight",
+            "start_training",
+            "hold",
+            "want_standby",
+            "recovered",
+            "finished",
+            "gave_up",
+            "wake",
+            "release",
+            "renew",
+            "drop",
+        ):
             return lambda *args: self.calls.append((name, args[-1]))
         raise AttributeError(name)
 
@@ -74,8 +99,12 @@ class Recorder:
 def test_a_tick_rents_the_best_offer_and_the_create_is_folded_in_at_once() -> None:
     """Tick -> Create; the effect's CreateResult moves the job to booting and schedules a boot poll."""
     fx = Recorder()
-    job = drive(new_job("j", req=Requirements(), shape=JobShape(download_gb=3, train_s=60, disk_gb=10)),
-                Tick(MarketView(offers=(OFFER,))), fx, guarded_config())  # type: ignore[arg-type]
+    job = drive(
+        new_job("j", req=Requirements(), shape=JobShape(download_gb=3, train_s=60, disk_gb=10)),
+        Tick(MarketView(offers=(OFFER,))),
+        fx,
+        guarded_config(),
+    )  # type: ignore[arg-type]
     assert job.phase == "booting" and job.attempt is not None and job.attempt.instance_id == "i-1"
     kinds = [k for k, _ in fx.calls]
     assert kinds == ["create", "record", "wake"]
@@ -86,8 +115,12 @@ def test_a_tick_rents_the_best_offer_and_the_create_is_folded_in_at_once() -> No
 def test_a_progress_look_draws_no_jitter() -> None:
     """A RecoveryProgress never backs off, so the random stream is left as it was."""
     fx = Recorder()
-    drive(new_job("j", req=Requirements(), shape=JobShape(download_gb=3, train_s=60, disk_gb=10)),
-          RecoveryProgress(), fx, guarded_config())  # type: ignore[arg-type]
+    drive(
+        new_job("j", req=Requirements(), shape=JobShape(download_gb=3, train_s=60, disk_gb=10)),
+        RecoveryProgress(),
+        fx,
+        guarded_config(),
+    )  # type: ignore[arg-type]
     assert fx.jitters == 0
 
 
@@ -98,13 +131,43 @@ def test_every_action_and_hold_decision_reaches_its_effect() -> None:
     fx = Recorder()
     job = new_job("j", req=Requirements(), shape=JobShape(download_gb=3, train_s=60, disk_gb=10))
     h = HeldHost("i", "m", "sim", "RTX 3090", 24, 1, 0.2, 0.0, 600.0)
-    actions = [Destroy("j", "i", "m", "r", "e"), Stop("j", "i", "m", "r", "e"), Record("m", "sim", "create"),
-               RunPreflight("j", "i"), StartTraining("j", "i", 0.0), Hold("j", h), WantStandby("j", 2, "why"),
-               Recovered("j", "m", "lost", 1.0, 2.0), Finished("j"), GaveUp("j", "r"), WakeAt("j", 5.0)]
+    actions = [
+        Destroy("j", "i", "m", "r", "e"),
+        Stop("j", "i", "m", "r", "e"),
+        Record("m", "sim", "create"),
+        RunPreflight("j", "i"),
+        StartTraining("j", "i", 0.0),
+        Hold("j", h),
+        WantStandby("j", 2, "why"),
+        Recovered("j", "m", "lost", 1.0, 2.0),
+        Finished("j"),
+        GaveUp("j", "r"),
+        WakeAt("j", 5.0),
+    ]
     for act in actions:
         assert apply(fx, job, act) is None  # type: ignore[arg-type]
-    tend(fx, [Release(h, destroy=True, reason="r"), Renew(h, until=9.0, standby=True, reason="r"),  # type: ignore[arg-type]
-              Drop(h, lost=True, evidence="e"), None])
-    assert [k for k, _ in fx.calls] == ["destroy", "stop", "record", "run_preflight", "start_training", "hold",
-                                        "want_standby", "recovered", "finished", "gave_up", "wake", "release",
-                                        "renew", "drop"]
+    tend(
+        fx,
+        [
+            Release(h, destroy=True, reason="r"),
+            Renew(h, until=9.0, standby=True, reason="r"),  # type: ignore[arg-type]
+            Drop(h, lost=True, evidence="e"),
+            None,
+        ],
+    )
+    assert [k for k, _ in fx.calls] == [
+        "destroy",
+        "stop",
+        "record",
+        "run_preflight",
+        "start_training",
+        "hold",
+        "want_standby",
+        "recovered",
+        "finished",
+        "gave_up",
+        "wake",
+        "release",
+        "renew",
+        "drop",
+    ]

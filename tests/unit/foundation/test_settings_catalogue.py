@@ -28,8 +28,9 @@ NAME = re.compile(r"\b(?:TUNEHARNESS|VAST|RUNPOD)_[A-Z0-9_]*[A-Z0-9]\b")
 
 def _names_in_code() -> set[str]:
     files = [p for d in PRODUCT for p in (ROOT / d).rglob("*.py")] + [ROOT / "beat_schedule.py"]
-    return {name for p in files if p.name != "settings_catalogue.py"
-            for name in NAME.findall(p.read_text(encoding="utf-8"))}
+    return {
+        name for p in files if p.name != "settings_catalogue.py" for name in NAME.findall(p.read_text(encoding="utf-8"))
+    }
 
 
 def test_docs_settings_md_is_the_rendered_catalogue() -> None:
@@ -103,8 +104,7 @@ def _defaults_from_code(tmp_path: Path) -> dict[str, Callable[[], object]]:
         "TUNEHARNESS_LLM_TIMEOUT_S": lambda: f"{llm.timeout_s:g}",
         "TUNEHARNESS_ROLE": lambda: serving_refusal({}) is None or Path("/etc/tuneharness/serving").exists(),
         "TUNEHARNESS_SIM_SCALE": lambda: f"{sim_scale({}):g}",
-        "TUNEHARNESS_SERVING_MARKER": lambda: serving_refusal({}) is None
-        or Path("/etc/tuneharness/serving").exists(),
+        "TUNEHARNESS_SERVING_MARKER": lambda: serving_refusal({}) is None or Path("/etc/tuneharness/serving").exists(),
     }
 
 
@@ -118,8 +118,7 @@ def test_each_catalogued_default_is_the_one_its_reader_applies(tmp_path: Path) -
     """With the variable unset, the code behaves as the catalogue's default column says."""
     probes = _defaults_from_code(tmp_path)
     probes["VAST_API_KEY"] = lambda: _missing_key_refused(lambda: vast.VastMarket.from_env({}), "VAST_API_KEY")
-    probes["RUNPOD_API_KEY"] = lambda: _missing_key_refused(
-        lambda: runpod.RunPodMarket.from_env({}), "RUNPOD_API_KEY")
+    probes["RUNPOD_API_KEY"] = lambda: _missing_key_refused(lambda: runpod.RunPodMarket.from_env({}), "RUNPOD_API_KEY")
     for setting in SETTINGS:
         if setting.name in ("TUNEHARNESS_PROVIDERS", "TUNEHARNESS_SIM_URL", "TUNEHARNESS_SIM_TRACE"):
             continue  # read where a market is built; covered by the simulator's own tests

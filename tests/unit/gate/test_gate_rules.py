@@ -193,7 +193,9 @@ def test_rule7_missed_critical_share_above_max_refuses() -> None:
     """One of two critical 'oom' rows missed (0.5) against max 0.25 refuses."""
     cand = rows("oom oom>ok ok ok ok ok ok ok")
     base = rows("oom>ok oom>ok ok ok ok ok ok>nan ok>nan")
-    v = judge(trial({"1": cand, "2": cand}, baseline=base, critical_labels=frozenset({"oom"}), max_missed=Fraction("0.25")))
+    v = judge(
+        trial({"1": cand, "2": cand}, baseline=base, critical_labels=frozenset({"oom"}), max_missed=Fraction("0.25"))
+    )
     assert [f.code for f in v.reasons] == ["missed_above_max"]
     assert v.scores["critical_missed"]["worst"] == 0.5
 
@@ -257,9 +259,7 @@ def test_missed_share_counts_only_heldout_critical_rows() -> None:
 
 # --- properties ---------------------------------------------------------------------------
 
-row_sets = st.lists(
-    st.tuples(st.sampled_from(LABELS), st.sampled_from(LABELS)), min_size=1, max_size=12
-)
+row_sets = st.lists(st.tuples(st.sampled_from(LABELS), st.sampled_from(LABELS)), min_size=1, max_size=12)
 
 
 def seed_rows(pairs: list[tuple[str, str]], *, n_ood: int = 2) -> tuple[Row, ...]:
@@ -285,7 +285,9 @@ def seeds_sharing_ids(draw: st.DrawFn, n_min: int = 1, n_max: int = 3) -> list[t
 
 @settings(max_examples=150, deadline=None)
 @given(seeds=seeds_sharing_ids(), extra_preds=st.data(), metric=st.sampled_from(["accuracy", "macro_f1"]))
-def test_adding_a_seed_never_raises_the_candidate_score(seeds: list[tuple[Row, ...]], extra_preds: st.DataObject, metric: str) -> None:
+def test_adding_a_seed_never_raises_the_candidate_score(
+    seeds: list[tuple[Row, ...]], extra_preds: st.DataObject, metric: str
+) -> None:
     """The worst-seed score (held-out and OOD) with one more seed is never higher; missed never lower."""
     expected = [r.expected for r in seeds[0] if r.slice == "heldout"]
     preds = extra_preds.draw(st.lists(st.sampled_from(LABELS), min_size=len(expected), max_size=len(expected)))
@@ -300,12 +302,21 @@ def test_adding_a_seed_never_raises_the_candidate_score(seeds: list[tuple[Row, .
 
 
 @settings(max_examples=100, deadline=None)
-@given(seeds=seeds_sharing_ids(n_min=1, n_max=3), shuffle_seed=st.integers(0, 2**32 - 1), metric=st.sampled_from(["accuracy", "macro_f1"]))
+@given(
+    seeds=seeds_sharing_ids(n_min=1, n_max=3),
+    shuffle_seed=st.integers(0, 2**32 - 1),
+    metric=st.sampled_from(["accuracy", "macro_f1"]),
+)
 def test_decision_does_not_depend_on_row_order(seeds: list[tuple[Row, ...]], shuffle_seed: int, metric: str) -> None:
     """Shuffling the rows of every file (and the seeds' order) changes nothing in the verdict."""
     rng = random.Random(shuffle_seed)
     base = tuple(Row(r.id, r.slice, r.expected, "nan") for r in seeds[0])
-    cfg = {"metric": metric, "ood": {"x": OodFloor(Fraction("0.5"))}, "critical_labels": frozenset({"oom"}), "max_missed": Fraction("0.3")}
+    cfg = {
+        "metric": metric,
+        "ood": {"x": OodFloor(Fraction("0.5"))},
+        "critical_labels": frozenset({"oom"}),
+        "max_missed": Fraction("0.3"),
+    }
     ordered = judge(trial({str(i): s for i, s in enumerate(seeds)}, baseline=base, **cfg))
 
     def shuffled(rs: tuple[Row, ...]) -> tuple[Row, ...]:

@@ -98,13 +98,17 @@ def test_same_id_different_expected_across_files(tmp_path: Path) -> None:
 
 def test_same_id_different_slice_across_files(tmp_path: Path) -> None:
     """An id that is held-out in one file and a canary in another is refused."""
-    d = write_trial(tmp_path / "t", files={"candidate-seed-2.jsonl": [row("a", slice_="canary"), row("b", "nan", "nan")]})
+    d = write_trial(
+        tmp_path / "t", files={"candidate-seed-2.jsonl": [row("a", slice_="canary"), row("b", "nan", "nan")]}
+    )
     assert "slice" in refused(d)
 
 
 def test_duplicate_id_within_a_file(tmp_path: Path) -> None:
     """One row per id per file: a second row for the same id is refused."""
-    d = write_trial(tmp_path / "t", files={"candidate-seed-1.jsonl": [row("a"), row("b", "nan", "nan"), row("a", "ok", "nan")]})
+    d = write_trial(
+        tmp_path / "t", files={"candidate-seed-1.jsonl": [row("a"), row("b", "nan", "nan"), row("a", "ok", "nan")]}
+    )
     msg = refused(d)
     assert "candidate-seed-1.jsonl:3" in msg and "already on line 1" in msg
 
@@ -184,8 +188,13 @@ def test_gate_json_values_are_exact_decimals(tmp_path: Path) -> None:
     from fractions import Fraction
 
     gate = {
-        "metric": "macro_f1", "min_margin": 0.1, "ood": {"forum": {"floor": 0.85, "blocking": False}},
-        "critical_labels": ["oom"], "max_missed": 0.02, "model": "triage", "task": "log triage",
+        "metric": "macro_f1",
+        "min_margin": 0.1,
+        "ood": {"forum": {"floor": 0.85, "blocking": False}},
+        "critical_labels": ["oom"],
+        "max_missed": 0.02,
+        "model": "triage",
+        "task": "log triage",
         "baseline_name": "rules",
     }
     t = load_trial(write_trial(tmp_path / "t", gate=gate))
@@ -201,10 +210,25 @@ def test_reordered_lines_give_the_same_decision_and_a_new_hash(tmp_path: Path) -
 
     files = {
         "baseline.jsonl": [row("a"), row("b", "nan", "ok"), row("c", "oom", "ok"), row("o", "ok", "nan", "ood:x")],
-        "candidate-seed-1.jsonl": [row("a"), row("b", "nan", "nan"), row("c", "oom", "ok"), row("o", "ok", "ok", "ood:x")],
-        "candidate-seed-2.jsonl": [row("a", "ok", "nan"), row("b", "nan", "nan"), row("c", "oom", "oom"), row("o", "ok", "nan", "ood:x")],
+        "candidate-seed-1.jsonl": [
+            row("a"),
+            row("b", "nan", "nan"),
+            row("c", "oom", "ok"),
+            row("o", "ok", "ok", "ood:x"),
+        ],
+        "candidate-seed-2.jsonl": [
+            row("a", "ok", "nan"),
+            row("b", "nan", "nan"),
+            row("c", "oom", "oom"),
+            row("o", "ok", "nan", "ood:x"),
+        ],
     }
-    gate = {"metric": "macro_f1", "ood": {"x": {"floor": 0.5, "blocking": False}}, "critical_labels": ["oom"], "max_missed": 0.5}
+    gate = {
+        "metric": "macro_f1",
+        "ood": {"x": {"floor": 0.5, "blocking": False}},
+        "critical_labels": ["oom"],
+        "max_missed": 0.5,
+    }
     first = load_trial(write_trial(tmp_path / "a", gate=gate, files=files))
     second = load_trial(write_trial(tmp_path / "b", gate=gate, files={k: v[::-1] for k, v in files.items()}))
     assert judge(first.trial).as_dict() == judge(second.trial).as_dict()

@@ -17,8 +17,9 @@ def test_defaults_price_one_hour_of_gpu() -> None:
 
 def test_storage_and_traffic_are_added() -> None:
     """dph*H + storage*D*H/720 + traffic*G, each part reported."""
-    got = expected_cost(dph_total=0.11, storage_per_gb_month=0.15, inet_down_per_gb=0.002,
-                        hours=10, disk_gb=100, download_gb=200)
+    got = expected_cost(
+        dph_total=0.11, storage_per_gb_month=0.15, inet_down_per_gb=0.002, hours=10, disk_gb=100, download_gb=200
+    )
     assert got.gpu_usd == pytest.approx(1.1)
     assert got.storage_usd == pytest.approx(0.15 * 100 * 10 / HOURS_PER_MONTH)
     assert got.traffic_usd == pytest.approx(0.4)
@@ -27,8 +28,9 @@ def test_storage_and_traffic_are_added() -> None:
 
 def test_unknown_prices_count_zero_and_are_flagged() -> None:
     """A price the vendor does not publish (None or NaN) counts as 0 and is named."""
-    got = expected_cost(dph_total=0.22, storage_per_gb_month=None, inet_down_per_gb=math.nan,
-                        hours=2, disk_gb=50, download_gb=30)
+    got = expected_cost(
+        dph_total=0.22, storage_per_gb_month=None, inet_down_per_gb=math.nan, hours=2, disk_gb=50, download_gb=30
+    )
     assert got.expected_cost_usd == pytest.approx(0.44)
     assert got.price_unknown == ("storage_per_gb_month", "inet_down_per_gb")
 

@@ -16,9 +16,20 @@ from app.policy.provisioning import (
 from app.policy.ranking import JobShape, Requirements
 
 CFG = guarded_config()
-OFFER = Offer(provider="sim", offer_id="a", machine_id="m-a", gpu_name="RTX 3090", num_gpus=1, gpu_ram_gb=24,
-              dph_total=0.2, storage_per_gb_month=0.1, inet_down_per_gb=0.0, inet_down_mbps=800,
-              reliability=0.99, cuda_max="12.4")
+OFFER = Offer(
+    provider="sim",
+    offer_id="a",
+    machine_id="m-a",
+    gpu_name="RTX 3090",
+    num_gpus=1,
+    gpu_ram_gb=24,
+    dph_total=0.2,
+    storage_per_gb_month=0.1,
+    inet_down_per_gb=0.0,
+    inet_down_mbps=800,
+    reliability=0.99,
+    cuda_max="12.4",
+)
 
 
 def _job() -> JobState:

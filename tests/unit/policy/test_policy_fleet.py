@@ -40,15 +40,27 @@ SHAPE = JobShape(download_gb=23.0, train_s=1140.0, disk_gb=60.0)
 
 
 def host(*, standby: bool = False, hold_until: float = 600.0, iid: str = "i-1") -> HeldHost:
-    return HeldHost(instance_id=iid, machine_id=f"m-{iid}", provider="sim", gpu_name="RTX 3090", gpu_ram_gb=24,
-                    num_gpus=1, dph_total=0.2, held_since=0.0, hold_until=hold_until, standby=standby)
+    return HeldHost(
+        instance_id=iid,
+        machine_id=f"m-{iid}",
+        provider="sim",
+        gpu_name="RTX 3090",
+        gpu_ram_gb=24,
+        num_gpus=1,
+        dph_total=0.2,
+        held_since=0.0,
+        hold_until=hold_until,
+        standby=standby,
+    )
 
 
 def test_exposure_counts_losses_host_seconds_hosts_at_risk_and_the_median_refill() -> None:
     """Closed spans give their length; open ones run to now; the refill is create-to-verified."""
-    spans = [RiskSpan(created_at=0, verified_at=300, ended_at=900, lost=True),
-             RiskSpan(created_at=100, verified_at=500, ended_at=700, lost=False),
-             RiskSpan(created_at=1000, verified_at=1200)]
+    spans = [
+        RiskSpan(created_at=0, verified_at=300, ended_at=900, lost=True),
+        RiskSpan(created_at=100, verified_at=500, ended_at=700, lost=False),
+        RiskSpan(created_at=1000, verified_at=1200),
+    ]
     seen = exposure(spans, now=1500)
     assert seen == Exposure(losses=1, exposure_s=600 + 200 + 300, at_risk=1, refill_s=300)
     assert exposure([], now=5).refill_s == DEFAULT_REFILL_S
@@ -77,8 +89,12 @@ def test_pool_missing_and_standby_wanted_end_with_the_pool() -> None:
 
 def test_refills_are_hedged_as_widely_as_the_dud_rate_asks_less_the_chains_under_way() -> None:
     """On a market where most rentals fail, each missing host gets several parallel chains."""
-    duds = {f"m-{i}": replace(MachineRecord(machine_id=f"m-{i}", provider="sim"), creates=1, failures=(("no_compute", 0.0),))
-            for i in range(8)}
+    duds = {
+        f"m-{i}": replace(
+            MachineRecord(machine_id=f"m-{i}", provider="sim"), creates=1, failures=(("no_compute", 0.0),)
+        )
+        for i in range(8)
+    }
     wide = refill_chains(CFG, missing=1, pending=0, records=duds)
     assert CFG.recovery_hedge <= wide <= CFG.recovery_hedge_max
     assert refill_chains(CFG, missing=2, pending=1, records=duds) == 2 * wide - 1
@@ -108,8 +124,9 @@ def test_hold_terms_a_standby_host_the_pool_no_longer_wants_is_an_ordinary_hold(
 
 def test_a_held_host_whose_instance_went_away_is_dropped_lost_only_when_gone() -> None:
     """Gone or exited: lost (its machine's record says so); stopped by someone: dropped, not lost."""
-    assert judge_held(HeldLook(host(), held_work=True, state="gone"), now=0, cfg=CFG, missing_besides=0) == \
-        Drop(host(), lost=True, evidence="held host reported gone")
+    assert judge_held(HeldLook(host(), held_work=True, state="gone"), now=0, cfg=CFG, missing_besides=0) == Drop(
+        host(), lost=True, evidence="held host reported gone"
+    )
     dropped = judge_held(HeldLook(host(), held_work=True, state="stopped"), now=0, cfg=CFG, missing_besides=0)
     assert isinstance(dropped, Drop) and not dropped.lost
     ended = judge_held(HeldLook(host(), held_work=True, rental_active=False), now=0, cfg=CFG, missing_besides=0)
@@ -126,10 +143,12 @@ def test_an_expired_hold_is_renewed_while_the_pool_is_short_else_released_by_wha
     assert isinstance(capped, Renew) and capped.until == 2000.0
     near_kill = judge_held(HeldLook(h, held_work=False, kill_at=700.0), now=600.0, cfg=CFG, missing_besides=1)
     assert isinstance(near_kill, Release)
-    assert judge_held(HeldLook(h, held_work=True), now=600.0, cfg=CFG, missing_besides=0) == \
-        Release(h, destroy=False, reason="hold expired")
-    assert judge_held(HeldLook(h, held_work=False), now=600.0, cfg=CFG, missing_besides=0) == \
-        Release(h, destroy=True, reason="hold expired")
+    assert judge_held(HeldLook(h, held_work=True), now=600.0, cfg=CFG, missing_besides=0) == Release(
+        h, destroy=False, reason="hold expired"
+    )
+    assert judge_held(HeldLook(h, held_work=False), now=600.0, cfg=CFG, missing_besides=0) == Release(
+        h, destroy=True, reason="hold expired"
+    )
 
 
 def test_a_standby_host_held_long_beyond_the_pool_gets_the_ordinary_hold_once_no_recovery_waits() -> None:
@@ -142,16 +161,35 @@ def test_a_standby_host_held_long_beyond_the_pool_gets_the_ordinary_hold_once_no
 
 
 def offer(dph: float = 0.2) -> Offer:
-    return Offer(provider="sim", offer_id="o", machine_id="m", gpu_name="RTX 3090", num_gpus=1, gpu_ram_gb=24,
-                 dph_total=dph, storage_per_gb_month=0.15, inet_down_per_gb=0.01, inet_down_mbps=800,
-                 reliability=0.99, cuda_max="12.4")
+    return Offer(
+        provider="sim",
+        offer_id="o",
+        machine_id="m",
+        gpu_name="RTX 3090",
+        num_gpus=1,
+        gpu_ram_gb=24,
+        dph_total=dph,
+        storage_per_gb_month=0.15,
+        inet_down_per_gb=0.01,
+        inet_down_mbps=800,
+        reliability=0.99,
+        cuda_max="12.4",
+    )
 
 
 def test_a_reservation_is_the_reserve_factor_times_the_attempts_all_in_cost() -> None:
     """A create reserves pull, training, storage and traffic; an adoption pulls nothing."""
     o = offer()
-    full = attempt_cost_usd(dph_total=0.2, storage_per_gb_month=0.15, inet_down_per_gb=0.01, inet_down_mbps=800,
-                            download_gb=23.0, train_s=1140.0, disk_gb=60.0, overhead_s=SHAPE.overhead_s)
+    full = attempt_cost_usd(
+        dph_total=0.2,
+        storage_per_gb_month=0.15,
+        inet_down_per_gb=0.01,
+        inet_down_mbps=800,
+        download_gb=23.0,
+        train_s=1140.0,
+        disk_gb=60.0,
+        overhead_s=SHAPE.overhead_s,
+    )
     assert reservation_usd(o, SHAPE, CFG) == pytest.approx(CFG.reserve_factor * full)
     assert reservation_usd(o, SHAPE, CFG, pull=False) < reservation_usd(o, SHAPE, CFG)
 
@@ -175,15 +213,24 @@ def test_waiting_jobs_end_when_nothing_runs_and_the_budget_left_cannot_pay_one_a
 
 
 @settings(max_examples=200, deadline=None)
-@given(now=st.floats(0, 1e6), until=st.floats(0, 1e6), held_work=st.booleans(), missing=st.integers(0, 3),
-       state=st.sampled_from([None, "running", "stopped", "gone", "exited", "unknown"]),
-       kill=st.one_of(st.none(), st.floats(0, 2e6)))
-def test_automation_never_destroys_a_held_host_that_held_work(now: float, until: float, held_work: bool,
-                                                              missing: int, state: str | None,
-                                                              kill: float | None) -> None:
+@given(
+    now=st.floats(0, 1e6),
+    until=st.floats(0, 1e6),
+    held_work=st.booleans(),
+    missing=st.integers(0, 3),
+    state=st.sampled_from([None, "running", "stopped", "gone", "exited", "unknown"]),
+    kill=st.one_of(st.none(), st.floats(0, 2e6)),
+)
+def test_automation_never_destroys_a_held_host_that_held_work(
+    now: float, until: float, held_work: bool, missing: int, state: str | None, kill: float | None
+) -> None:
     """Whatever the hold's state, a release destroys only what never held work, and a renewal ends in the future."""
-    act = judge_held(HeldLook(host(hold_until=until), held_work=held_work, state=state, kill_at=kill), now=now,
-                     cfg=CFG, missing_besides=missing)
+    act = judge_held(
+        HeldLook(host(hold_until=until), held_work=held_work, state=state, kill_at=kill),
+        now=now,
+        cfg=CFG,
+        missing_besides=missing,
+    )
     if isinstance(act, Release):
         assert act.destroy == (not held_work)
     if isinstance(act, Renew):

@@ -17,17 +17,35 @@ ACTIONS = st.lists(
 
 @settings(max_examples=150, deadline=None)
 @given(actions=ACTIONS, dies_at=st.one_of(st.none(), st.floats(min_value=0, max_value=20000)))
-def test_bills_never_shrink_and_gpu_time_fits_in_the_life(actions: list[tuple[str, float]], dies_at: float | None) -> None:
+def test_bills_never_shrink_and_gpu_time_fits_in_the_life(
+    actions: list[tuple[str, float]], dies_at: float | None
+) -> None:
     """GPU time never exceeds the instance's life; storage is the life's price; bills only grow."""
-    trace = parse_trace({
-        "format": TRACE_FORMAT, "name": "p", "workload": {"image_gb": 2, "model_gb": 1, "disk_gb": 50},
-        "hosts": [{"machine_id": "m", "offer": {"gpu_name": "RTX 3090", "gpu_ram_gb": 24, "dph": 0.5,
-                                                 "storage_per_gb_month": 0.2, "inet_down_per_gb": 0.1},
-                   "truth": {"pull_mbps": 400, "dies_at_s": dies_at}}],
-    })
+    trace = parse_trace(
+        {
+            "format": TRACE_FORMAT,
+            "name": "p",
+            "workload": {"image_gb": 2, "model_gb": 1, "disk_gb": 50},
+            "hosts": [
+                {
+                    "machine_id": "m",
+                    "offer": {
+                        "gpu_name": "RTX 3090",
+                        "gpu_ram_gb": 24,
+                        "dph": 0.5,
+                        "storage_per_gb_month": 0.2,
+                        "inet_down_per_gb": 0.1,
+                    },
+                    "truth": {"pull_mbps": 400, "dies_at_s": dies_at},
+                }
+            ],
+        }
+    )
     clock = VirtualClock(start_s=0.0)
     market = SimMarket(trace, clock)
-    iid = market.create(market.search_offers(OfferQuery())[0], LaunchSpec(image="i", disk_gb=0, label="l", ssh_public_key="k"))
+    iid = market.create(
+        market.search_offers(OfferQuery())[0], LaunchSpec(image="i", disk_gb=0, label="l", ssh_public_key="k")
+    )
     last = 0.0
     for action, seconds in actions:
         if action == "advance":

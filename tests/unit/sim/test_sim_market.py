@@ -13,17 +13,33 @@ from providers.sim.observe import CUDA_DRIVER_ERROR, preflight_report
 from providers.sim.trace import TRACE_FORMAT, parse_trace
 
 # 3 GB at 400 Mb/s: the pull takes exactly 60 s.
-BASE_OFFER = {"gpu_name": "RTX 3090", "gpu_ram_gb": 24, "dph": 0.36, "storage_per_gb_month": 0.15,
-              "inet_down_per_gb": 0.02, "reliability": 0.99}
+BASE_OFFER = {
+    "gpu_name": "RTX 3090",
+    "gpu_ram_gb": 24,
+    "dph": 0.36,
+    "storage_per_gb_month": 0.15,
+    "inet_down_per_gb": 0.02,
+    "reliability": 0.99,
+}
 
 
 def make_market(*truths: dict[str, Any], disk_gb: float = 20.0) -> tuple[SimMarket, VirtualClock]:
     hosts = [
-        {"machine_id": f"m-{i}", "offer": {**BASE_OFFER, "dph": BASE_OFFER["dph"] + i / 100}, "truth": {"pull_mbps": 400, **t}}
+        {
+            "machine_id": f"m-{i}",
+            "offer": {**BASE_OFFER, "dph": BASE_OFFER["dph"] + i / 100},
+            "truth": {"pull_mbps": 400, **t},
+        }
         for i, t in enumerate(truths)
     ]
-    trace = parse_trace({"format": TRACE_FORMAT, "name": "t",
-                         "workload": {"image_gb": 2, "model_gb": 1, "disk_gb": disk_gb}, "hosts": hosts})
+    trace = parse_trace(
+        {
+            "format": TRACE_FORMAT,
+            "name": "t",
+            "workload": {"image_gb": 2, "model_gb": 1, "disk_gb": disk_gb},
+            "hosts": hosts,
+        }
+    )
     clock = VirtualClock(start_s=1000.0)
     return SimMarket(trace, clock), clock
 
@@ -274,9 +290,15 @@ def test_shipped_traces_load_and_marketplace_has_62_duds() -> None:
     def dud(h: Any) -> bool:
         t, o = h.truth, h.offer
         pull = trace.workload.download_gb * 8000 / t.pull_mbps
-        return (t.freeze_at_s is not None or t.fatal_at_s is not None or not t.computes
-                or t.actual_gpu_name != o.gpu_name or t.actual_gpu_ram_gb < 0.95 * o.gpu_ram_gb
-                or t.tflops_factor < 0.85 or (t.dies_at_s is not None and t.dies_at_s <= pull))
+        return (
+            t.freeze_at_s is not None
+            or t.fatal_at_s is not None
+            or not t.computes
+            or t.actual_gpu_name != o.gpu_name
+            or t.actual_gpu_ram_gb < 0.95 * o.gpu_ram_gb
+            or t.tflops_factor < 0.85
+            or (t.dies_at_s is not None and t.dies_at_s <= pull)
+        )
 
     assert sum(dud(h) for h in trace.hosts) == 62
     assert any(h.truth.tflops_factor == 0.78 and h.offer.reliability == 1.0 for h in trace.hosts)

@@ -56,7 +56,9 @@ def test_wrong_format_and_empty_hosts_are_refused() -> None:
 
 def test_unspecified_truth_defaults_to_healthy() -> None:
     """A host without truth delivers what it offers and pulls at its advertised speed."""
-    trace = parse_trace(trace_with({"offer": {"gpu_name": "RTX 4090", "gpu_ram_gb": 24, "dph": 0.3, "inet_down_mbps": 640}}))
+    trace = parse_trace(
+        trace_with({"offer": {"gpu_name": "RTX 4090", "gpu_ram_gb": 24, "dph": 0.3, "inet_down_mbps": 640}})
+    )
     t = trace.hosts[1].truth
     assert (t.computes, t.actual_gpu_name, t.actual_gpu_ram_gb, t.tflops_factor) == (True, "RTX 4090", 24, 1.0)
     assert (t.freeze_at_s, t.fatal_at_s, t.dies_at_s, t.hangs_at_s, t.status_every_s) == (None, None, None, None, 10.0)

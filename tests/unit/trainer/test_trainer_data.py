@@ -19,7 +19,7 @@ def test_each_epoch_visits_every_row_once(seed: int, per_step: int, n: int) -> N
     steps = (2 * n + per_step - 1) // per_step
     order = [i for s in range(steps) for i in batch_indices(seed=seed, step=s, per_step=per_step, n_rows=n)]
     assert sorted(order[:n]) == list(range(n))
-    assert sorted(order[n:2 * n]) == list(range(n))
+    assert sorted(order[n : 2 * n]) == list(range(n))
 
 
 def test_order_depends_on_seed_and_step_only() -> None:
@@ -27,7 +27,8 @@ def test_order_depends_on_seed_and_step_only() -> None:
     a = batch_indices(seed=3, step=7, per_step=4, n_rows=50)
     assert a == batch_indices(seed=3, step=7, per_step=4, n_rows=50)
     assert [batch_indices(seed=4, step=s, per_step=4, n_rows=50) for s in range(5)] != [
-        batch_indices(seed=3, step=s, per_step=4, n_rows=50) for s in range(5)]
+        batch_indices(seed=3, step=s, per_step=4, n_rows=50) for s in range(5)
+    ]
 
 
 def test_truncation_keeps_completion_start_and_prompt_end() -> None:
@@ -42,8 +43,9 @@ class _CharTok:
     eos_token_id = 0
     chat_template = None
 
-    def __call__(self, text: str, add_special_tokens: bool = True, truncation: bool = False,
-                 max_length: int | None = None) -> dict[str, list[int]]:
+    def __call__(
+        self, text: str, add_special_tokens: bool = True, truncation: bool = False, max_length: int | None = None
+    ) -> dict[str, list[int]]:
         ids = [ord(ch) for ch in text]
         return {"input_ids": ids[:max_length] if truncation and max_length else ids}
 
@@ -53,8 +55,11 @@ def test_causal_rows_mask_the_prompt(tmp_path: Path) -> None:
     (enc,) = encode_rows([{"prompt": "ab", "completion": "c"}], _CharTok(), task="causal_lm", max_seq_len=16)
     assert enc.input_ids == [97, 98, 99, 0]
     assert enc.labels == [-100, -100, 99, 0]
-    batch = collate([enc, encode_rows([{"prompt": "a", "completion": "b"}], _CharTok(),
-                                      task="causal_lm", max_seq_len=16)[0]], pad_id=5, task="causal_lm")
+    batch = collate(
+        [enc, encode_rows([{"prompt": "a", "completion": "b"}], _CharTok(), task="causal_lm", max_seq_len=16)[0]],
+        pad_id=5,
+        task="causal_lm",
+    )
     assert batch["labels"][1].tolist() == [-100, 98, 0, -100]
     assert batch["attention_mask"][1].tolist() == [1, 1, 1, 0]
 

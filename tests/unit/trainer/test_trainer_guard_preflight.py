@@ -33,8 +33,9 @@ def _truth(tmp_path: Path, **fields: object) -> str:
     return str(path)
 
 
-def test_sim_host_that_does_not_compute_fails_like_a_stale_driver(tmp_path: Path,
-                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+def test_sim_host_that_does_not_compute_fails_like_a_stale_driver(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """computes:false reads like a real stale driver: not ok, CUDA's own error text."""
     monkeypatch.setenv("TUNEHARNESS_SIM_TRUTH", _truth(tmp_path, computes=False))
     result = run_preflight()
@@ -44,14 +45,32 @@ def test_sim_host_that_does_not_compute_fails_like_a_stale_driver(tmp_path: Path
 
 def test_sim_host_reports_truth(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A computing sim host reports the truth's GPU and expected TFLOP/s times its factor."""
-    monkeypatch.setenv("TUNEHARNESS_SIM_TRUTH", _truth(
-        tmp_path, computes=True, actual_gpu_name="NVIDIA RTX 3090", actual_gpu_ram_gb=24,
-        tflops_factor=0.25, expected_tflops_bf16=71.0))
+    monkeypatch.setenv(
+        "TUNEHARNESS_SIM_TRUTH",
+        _truth(
+            tmp_path,
+            computes=True,
+            actual_gpu_name="NVIDIA RTX 3090",
+            actual_gpu_ram_gb=24,
+            tflops_factor=0.25,
+            expected_tflops_bf16=71.0,
+        ),
+    )
     result = run_preflight()
     assert result["ok"] is True and result["matmul_finite"] is True
     assert (result["gpu_name"], result["vram_gb"], result["tflops_bf16"]) == ("NVIDIA RTX 3090", 24.0, 17.75)
-    assert set(result) == {"ok", "cuda_initialised", "gpu_name", "vram_gb", "driver", "cuda",
-                           "matmul_finite", "tflops_bf16", "error", "simulated"}
+    assert set(result) == {
+        "ok",
+        "cuda_initialised",
+        "gpu_name",
+        "vram_gb",
+        "driver",
+        "cuda",
+        "matmul_finite",
+        "tflops_bf16",
+        "error",
+        "simulated",
+    }
 
 
 def test_no_cuda_no_truth_is_a_clear_failure(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -16,9 +16,17 @@ def _job(tmp_path: Path, **changes: Any) -> dict[str, Any]:
     (tmp_path / "model").mkdir(exist_ok=True)
     (tmp_path / "train.jsonl").write_text('{"prompt": "a", "completion": "b"}\n')
     job: dict[str, Any] = {
-        "base_model": "model", "task": "causal_lm", "train_file": "train.jsonl", "max_steps": 10,
-        "checkpoint_every": 5, "seed": 1, "learning_rate": 2e-4, "batch_size": 2, "max_seq_len": 32,
-        "lora": {"r": 8, "alpha": 16, "target_modules": ["q_proj"]}, "quantization": "nf4",
+        "base_model": "model",
+        "task": "causal_lm",
+        "train_file": "train.jsonl",
+        "max_steps": 10,
+        "checkpoint_every": 5,
+        "seed": 1,
+        "learning_rate": 2e-4,
+        "batch_size": 2,
+        "max_seq_len": 32,
+        "lora": {"r": 8, "alpha": 16, "target_modules": ["q_proj"]},
+        "quantization": "nf4",
     }
     job.update(changes)
     return job
@@ -28,7 +36,12 @@ def test_valid_job_gets_defaults_for_optional_fields(tmp_path: Path) -> None:
     """A job with only the required fields parses, with documented defaults for the rest."""
     spec = parse_job(_job(tmp_path), job_dir=tmp_path)
     assert (spec.lr_schedule, spec.warmup_steps, spec.grad_accum, spec.lora.dropout, spec.eval_file) == (
-        "constant", 0, 1, 0.0, None)
+        "constant",
+        0,
+        1,
+        0.0,
+        None,
+    )
     assert spec.resolve(spec.train_file) == tmp_path / "train.jsonl"
 
 
@@ -78,8 +91,13 @@ def test_unreadable_job_file_is_refused(tmp_path: Path) -> None:
 
 def test_shape_ignores_training_knobs_but_not_rank() -> None:
     """The shape compared on resume changes with lora.r, not with learning_rate."""
-    a = {"base_model": "m", "task": "causal_lm", "quantization": "nf4", "learning_rate": 1,
-         "lora": {"r": 8, "target_modules": ["v", "q"]}}
+    a = {
+        "base_model": "m",
+        "task": "causal_lm",
+        "quantization": "nf4",
+        "learning_rate": 1,
+        "lora": {"r": 8, "target_modules": ["v", "q"]},
+    }
     b = dict(a, learning_rate=2, lora={"r": 8, "target_modules": ["q", "v"]})
     c = dict(a, lora={"r": 16, "target_modules": ["q", "v"]})
     assert shape_of(a, None) == shape_of(b, None)

@@ -19,8 +19,19 @@ def test_line_roundtrips_with_quoted_reason() -> None:
 
 def test_step_line_fields() -> None:
     """A step line carries step, loss, lr, grad norm, throughput and elapsed time."""
-    line = format_line("step", {"step": 3, "max_steps": 10, "loss": 2.5, "lr": 2e-4, "grad_norm": 0.5,
-                                "tokens_per_s": 100.0, "samples_per_s": 2.0, "elapsed_s": 1.5})
+    line = format_line(
+        "step",
+        {
+            "step": 3,
+            "max_steps": 10,
+            "loss": 2.5,
+            "lr": 2e-4,
+            "grad_norm": 0.5,
+            "tokens_per_s": 100.0,
+            "samples_per_s": 2.0,
+            "elapsed_s": 1.5,
+        },
+    )
     parsed = parse_line(line)
     assert parsed is not None
     assert parsed[2]["lr"] == "2.000e-04" and parsed[2]["loss"] == "2.5"
@@ -46,8 +57,17 @@ def test_log_appends_and_status_is_whole_json(tmp_path: Path) -> None:
     status.update(phase="training", step=3)
     status.stop()
     data = json.loads((tmp_path / "status.json").read_text())
-    assert {"step", "max_steps", "loss", "tokens_per_s", "samples_per_s", "last_checkpoint_step",
-            "phase", "pid", "updated_at"} <= set(data)
+    assert {
+        "step",
+        "max_steps",
+        "loss",
+        "tokens_per_s",
+        "samples_per_s",
+        "last_checkpoint_step",
+        "phase",
+        "pid",
+        "updated_at",
+    } <= set(data)
     assert (data["phase"], data["step"]) == ("training", 3)
 
 
@@ -72,8 +92,15 @@ def test_steps_by_slice_groups_step_lines_by_the_slice_that_logged_them() -> Non
     """A `start` line begins a slice; slices that logged no step are left out; other lines are ignored."""
     from trainer.reporting import format_line, steps_by_slice
 
-    lines = [format_line("start", {"pid": 1}), format_line("step", {"step": 1}), format_line("step", {"step": 2}),
-             "Traceback (most recent call last):", format_line("cap", {"step": 2}),
-             format_line("start", {"pid": 2}), format_line("failed", {"exit_code": 1}),
-             format_line("start", {"pid": 3}), format_line("step", {"step": 3})]
+    lines = [
+        format_line("start", {"pid": 1}),
+        format_line("step", {"step": 1}),
+        format_line("step", {"step": 2}),
+        "Traceback (most recent call last):",
+        format_line("cap", {"step": 2}),
+        format_line("start", {"pid": 2}),
+        format_line("failed", {"exit_code": 1}),
+        format_line("start", {"pid": 3}),
+        format_line("step", {"step": 3}),
+    ]
     assert [[s["step"] for s in block] for block in steps_by_slice("\n".join(lines))] == [["1", "2"], ["3"]]

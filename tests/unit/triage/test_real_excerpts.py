@@ -93,66 +93,72 @@ DEV = [r for dev, _ in REAL_BATCHES for r in _rows(dev)]
 # so this list cannot go stale).
 KNOWN_MISSES = {
     "real-c-mmdet-fcos-12-epochs-done": "mmdet prints no end-of-run line: the last epoch's checkpoint and "
-                                        "evaluation read like any other epoch's (the schedule is in the config)",
+    "evaluation read like any other epoch's (the schedule is in the config)",
     "real-f-baselines-ppo2-unity-end-saving": "the last table and checkpoint save look like every periodic one; only "
-                                              "the poster says they come at the end",
+    "the poster says they come at the end",
     "real-f-ronin-checkpoint-save-disk-full": "torch.save's 'File ... cannot be opened' is also what a missing output "
-                                              "directory gives (a config error); the thread says the disk was full",
+    "directory gives (a config error); the thread says the disk was full",
     "real-k-functional-harmony-testing": "only a test phase's output (accuracy, testing time), no training line: "
-                                         "periodic evaluation prints the same; the thread says it came at the end",
+    "periodic evaluation prints the same; the thread says it came at the end",
     "real-m-charrnn-tf-last-save": "a save after the last batch of epoch 49: periodic saves read the same; only the "
-                                   "schedule (50 epochs, counted from 0) says it was the last",
+    "schedule (50 epochs, counted from 0) says it was the last",
     "real-v-xgboost-optuna-mlogloss-explode-7941": "sklearn's 'Input contains NaN, infinity' is about the input data as "
-                                                   "often as about predictions; only the logged mlogloss jumping from "
-                                                   "14 to 36.8 and staying there says the model blew up",
+    "often as about predictions; only the logged mlogloss jumping from "
+    "14 to 36.8 and staying there says the model blew up",
     "real-u-hvd-stalled-ops-tacc-457": "Horovod's stall warnings, then a timed checkpoint save that reads as progress; "
-                                       "the warning after it is cut mid-line (soft evidence counts from its first line)",
+    "the warning after it is cut mid-line (soft evidence counts from its first line)",
     "real-ab-megatronllm-nan-33": "Megatron leaves a NaN step's `lm loss` out of its iteration line and counts it in "
-                                  "`number of nan iterations`; the excerpt is cut before that count, so only a "
-                                  "missing field says so (bf16 at loss scale 1.0: no overflow skips)",
+    "`number of nan iterations`; the excerpt is cut before that count, so only a "
+    "missing field says so (bf16 at loss scale 1.0: no overflow skips)",
     "real-ae-pytorchyolov3-nodet-111": "'[Epoch 29/30, Batch 7328/7329]' is the last batch counted from 0, but "
-                                       "llama-recipes' 'Epoch: 2/3, step 49/50' (epoch from 1, step from 0) is the "
-                                       "end of epoch 2 of 3: an epoch counter one short cannot be read as the end",
+    "llama-recipes' 'Epoch: 2/3, step 49/50' (epoch from 1, step from 0) is the "
+    "end of epoch 2 of 3: an epoch counter one short cannot be read as the end",
     "real-ae-llmfoundry-dolly-68": "Composer's '[epoch=1][batch=927/927]' block is the end of an epoch; the run's "
-                                   "length (max_duration) is in the config, not the log",
+    "length (max_duration) is in the config, not the log",
     "real-af-ds-gptj-sigkill-3160": "DeepSpeed's launcher says 'Killing subprocess' for any death; the return code "
-                                    "(-9, the OOM killer) is on the next line, cut from the excerpt",
+    "(-9, the OOM killer) is on the next line, cut from the excerpt",
     "real-ai-ds-zero-offload-sigkill-4571": "the same launcher line, cut before its return code; host memory at 85% "
-                                            "just before it is a hint, not a failure",
+    "just before it is a hint, not a failure",
     "real-aw-openrlhf-ppo-final-save-454": "DeepSpeed's 'Saved .../last/...optim_states.pt' reads like every periodic "
-                                           "save; only the poster says it was the end (Lightning's last.ckpt, too, is "
-                                           "saved every epoch)",
+    "save; only the poster says it was the end (Lightning's last.ckpt, too, is "
+    "saved every epoch)",
     "real-bh-basicsr-sr-hang-475": "the traceback of a Ctrl+C on a hung DataLoader, cut before its KeyboardInterrupt: "
-                                   "the same frames (_try_get_data, the queue's poll) lead to a killed worker's error",
+    "the same frames (_try_get_data, the queue's poll) lead to a killed worker's error",
     "real-bc-deepmd-lcurve-final-5159": "DeePMD's lcurve.out alone: its last row is the last step only because the "
-                                        "config's numb_steps says so (the learning rate decayed to 1e-8 is a hint)",
+    "config's numb_steps says so (the learning rate decayed to 1e-8 is a hint)",
     "real-b65-mmselfsup-mocov3-final-644": "mmengine's 'Saving checkpoint at 2000 epochs' reads like every periodic "
-                                           "save; that 2000 is max_epochs is only in the config",
+    "save; that 2000 is max_epochs is only in the config",
     "real-b72-hfdatasets-stream-fnf-7440": "a FileNotFoundError on an hf:// file read mid-stream was a transient Hub "
-                                           "failure here, but a wrong path or revision reads the same (a config "
-                                           "error); only the thread says the file exists",
+    "failure here, but a wrong path or revision reads the same (a config "
+    "error); only the thread says the file exists",
     "real-b79-demucs-export-594": "demucs' 'Valid Summary | Epoch 10' and a new best: every epoch ends so; that 10 "
-                                  "is the last is in the config",
+    "is the last is in the config",
     "real-b86-paddleocr-crnn-nan-10042": "'loss: nanxxx' as posted: a NaN with letters after it, which the NaN rules "
-                                         "do not take for a NaN (a word must end there)",
+    "do not take for a NaN (a word must end there)",
     "real-b75-rfastai-epoch-101": "fastai's table after a one-epoch fit: the row for an epoch that ended reads the "
-                                  "same whether more epochs follow (the epoch count is in the call, not the log)",
+    "same whether more epochs follow (the epoch count is in the call, not the log)",
     "real-b97-mgdm-nan-3": "guided-diffusion's fp16 scaler skipping steps ('Found NaN, decreased lg_loss_scale to "
-                           "14.9'), as it does at every start: that the scale never recovers is past the excerpt's "
-                           "end (read as divergence once it falls below 2^0)",
+    "14.9'), as it does at every start: that the scale never recovers is past the excerpt's "
+    "end (read as divergence once it falls below 2^0)",
     "real-b108-torchtune-llama3-lora-final-ckpt-877": "torchtune's per-epoch 'Model/Adapter checkpoint of size ... "
-                                                      "saved': the last epoch's reads like any other's",
+    "saved': the last epoch's reads like any other's",
     "real-b110-bolts-simclr-fastdevrun-781": "Lightning's fast_dev_run: one full epoch bar, the last only because "
-                                             "of a Trainer argument the log does not show",
+    "of a Trainer argument the log does not show",
     "real-b116-sm-imgcls-builtin-done-2746": "SageMaker's built-in image classifier saves a checkpoint every epoch: "
-                                             "the last (Epoch[2] of 3) reads like any other",
+    "the last (Epoch[2] of 3) reads like any other",
 }
 
 
-@pytest.mark.parametrize("row", [
-    pytest.param(r, marks=pytest.mark.xfail(strict=True, reason=KNOWN_MISSES[r["id"]])) if r["id"] in KNOWN_MISSES else r
-    for r in DEV
-], ids=[r["id"] for r in DEV])
+@pytest.mark.parametrize(
+    "row",
+    [
+        pytest.param(r, marks=pytest.mark.xfail(strict=True, reason=KNOWN_MISSES[r["id"]]))
+        if r["id"] in KNOWN_MISSES
+        else r
+        for r in DEV
+    ],
+    ids=[r["id"] for r in DEV],
+)
 def test_every_dev_excerpt_gets_its_label_from_the_rules(row: dict) -> None:
     """The dev splits are what the rules may be tuned on: they stay right (best guess when unsure).
 
@@ -200,20 +206,38 @@ def test_the_split_script_sets_doubt_aside_drops_reuse_and_splits_each_state_by_
     used = _rows("dev")[0]
 
     def row(i: int, label: str, **extra: str) -> dict:
-        return {"id": f"real-zz-case-{i}", "log": f"unique line {i} of a log\nsecond line {i}", "label": label,
-                "framework": "plain", "source": f"https://github.com/o/r/issues/{90000 + i} (t)", "why": "w", **extra}
+        return {
+            "id": f"real-zz-case-{i}",
+            "log": f"unique line {i} of a log\nsecond line {i}",
+            "label": label,
+            "framework": "plain",
+            "source": f"https://github.com/o/r/issues/{90000 + i} (t)",
+            "why": "w",
+            **extra,
+        }
 
     rows = [row(i, "oom") for i in range(4)] + [row(4, "completed")]
-    rows += [row(5, "oom", doubt="unsure"), {**row(6, "oom"), "source": used["source"]},
-             {**row(7, "oom"), "log": used["log"]}, {**row(8, "oom"), "id": used["id"]}, row(9, "no_such_state"),
-             {**row(10, "oom"), "source": rows[0]["source"]}]
+    rows += [
+        row(5, "oom", doubt="unsure"),
+        {**row(6, "oom"), "source": used["source"]},
+        {**row(7, "oom"), "log": used["log"]},
+        {**row(8, "oom"), "id": used["id"]},
+        row(9, "no_such_state"),
+        {**row(10, "oom"), "source": rows[0]["source"]},
+    ]
     src = tmp_path / "rows.jsonl"
     src.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
 
     assert script.main(["77", str(src), "--out-dir", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert "5 rows kept (3 dev, 2 test)" in out
-    for reason in ("1 doubt", "2 thread already used", "1 overlaps an earlier excerpt", "1 id taken", "1 label not a state"):
+    for reason in (
+        "1 doubt",
+        "2 thread already used",
+        "1 overlaps an earlier excerpt",
+        "1 id taken",
+        "1 label not a state",
+    ):
         assert reason in out, reason
     dev = [json.loads(x) for x in (tmp_path / "dev77.jsonl").read_text().splitlines()]
     test = [json.loads(x) for x in (tmp_path / "test77.jsonl").read_text().splitlines()]

@@ -79,8 +79,10 @@ def test_training_without_data_stops_before_anything_runs(no_data: Path, tmp_pat
 
 
 def test_installing_a_promoted_candidate_ships_its_decision_beside_the_adapter(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """`install_specialist` puts the better seed's adapter, metrics and decision in the package and the trial in the repository."""
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`install_specialist` puts the better seed's adapter, metrics and decision in the package and
+    the trial in the repository."""
     out = tmp_path / "out"
     for seed in (1, 2):
         adapter = out / f"job-seed-{seed}" / "adapter"
@@ -90,9 +92,15 @@ def test_installing_a_promoted_candidate_ships_its_decision_beside_the_adapter(
     shutil.copytree(training.TRIAL_DIR, out / "trial")
     monkeypatch.setattr(training, "SHIP_DIR", tmp_path / "package" / "log_doctor")
     monkeypatch.setattr(training, "TRIAL_DIR", tmp_path / "repo" / "log_doctor_trial")
-    summary = {"seeds": {"1": {"chain": {"heldout": 0.95}, "specialist_alone": {"heldout": 0.8}},
-                         "2": {"chain": {"heldout": 0.96}, "specialist_alone": {"heldout": 0.7}}},
-               "baseline": {"heldout": 0.9}, "decision": "promote", "reasons": []}
+    summary = {
+        "seeds": {
+            "1": {"chain": {"heldout": 0.95}, "specialist_alone": {"heldout": 0.8}},
+            "2": {"chain": {"heldout": 0.96}, "specialist_alone": {"heldout": 0.7}},
+        },
+        "baseline": {"heldout": 0.9},
+        "decision": "promote",
+        "reasons": [],
+    }
 
     ship = training.install_specialist(training.TrainingPlan(out_dir=out), summary)
 
@@ -104,15 +112,32 @@ def test_installing_a_promoted_candidate_ships_its_decision_beside_the_adapter(
 
 
 def test_the_ab_comparison_counts_each_kind_of_change_and_lists_no_test_row() -> None:
-    """`report.compare` counts rows to right, to wrong and between states per set, naming changed rows except test ones."""
-    def row(id_: str, set_: str, label: str, rules: str, chain: str) -> dict:
-        return {"id": id_, "set": set_, "label": label, "rules": rules, "rules_guess": rules, "rule": "r",
-                "chain": chain, "stage": "rules", "needs_operator": False}
+    """`report.compare` counts rows to right, to wrong and between states per set, naming changed rows
+    except test ones."""
 
-    before = [row("a", "real-dev", "oom", "stalled", "oom"), row("b", "real-test", "oom", "oom", "oom"),
-              row("c", "eval", "oom", "oom", "oom")]
-    after = [row("a", "real-dev", "oom", "oom", "oom"), row("b", "real-test", "oom", "stalled", "stalled"),
-             row("c", "eval", "oom", "oom", "oom")]
+    def row(id_: str, set_: str, label: str, rules: str, chain: str) -> dict:
+        return {
+            "id": id_,
+            "set": set_,
+            "label": label,
+            "rules": rules,
+            "rules_guess": rules,
+            "rule": "r",
+            "chain": chain,
+            "stage": "rules",
+            "needs_operator": False,
+        }
+
+    before = [
+        row("a", "real-dev", "oom", "stalled", "oom"),
+        row("b", "real-test", "oom", "oom", "oom"),
+        row("c", "eval", "oom", "oom", "oom"),
+    ]
+    after = [
+        row("a", "real-dev", "oom", "oom", "oom"),
+        row("b", "real-test", "oom", "stalled", "stalled"),
+        row("c", "eval", "oom", "oom", "oom"),
+    ]
     lines = report.compare(before, after)
     assert lines[0] == "rows in both files: 3 (before 3, after 3)"
     assert "real-dev     rules to right 1; to wrong 0; right either way 0; wrong either way 0" in lines

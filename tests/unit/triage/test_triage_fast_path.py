@@ -24,12 +24,54 @@ LINES = sorted({ln for r in ROWS for ln in r["log"].splitlines()})
 
 # Things that real tails carry and that the fast path treats specially.
 _SPICE = [
-    "\x1b[31m", "\x1b[0m", "\x1b]0;title\x07", "\r", "\r\n", "[rank0]: ", "[rank12]:", "[default3]: ", "[RANK1]: ",
-    "[rank\u0663]: ", "\x00", "\x07", "\t", "\u212a", "\u0130", "\u017f", "\u03a3", "█", "Errno 28", "ERRNO 5]",
-    "exit code 137", "OOM", "loss: nan", "grad_norm: inf", "Training completed.", "Killed", "  ", "\n", "é", "\ud800",
+    "\x1b[31m",
+    "\x1b[0m",
+    "\x1b]0;title\x07",
+    "\r",
+    "\r\n",
+    "[rank0]: ",
+    "[rank12]:",
+    "[default3]: ",
+    "[RANK1]: ",
+    "[rank\u0663]: ",
+    "\x00",
+    "\x07",
+    "\t",
+    "\u212a",
+    "\u0130",
+    "\u017f",
+    "\u03a3",
+    "█",
+    "Errno 28",
+    "ERRNO 5]",
+    "exit code 137",
+    "OOM",
+    "loss: nan",
+    "grad_norm: inf",
+    "Training completed.",
+    "Killed",
+    "  ",
+    "\n",
+    "é",
+    "\ud800",
     # needles with digits (their skeletons hold "0" instead, so the line itself is checked), and near misses
-    "Error 802:", "Error 809:", "bf16", "bf61", "[Errno 13]", "[Errno 31]", "[Errno 116]", "[Errno 2]", "[Errno 22]",
-    "S3", "s4", "num_samples=0", "num_samples=7", "unscale FP16", "exit code 0", "exit code 9", "errno 24]",
+    "Error 802:",
+    "Error 809:",
+    "bf16",
+    "bf61",
+    "[Errno 13]",
+    "[Errno 31]",
+    "[Errno 116]",
+    "[Errno 2]",
+    "[Errno 22]",
+    "S3",
+    "s4",
+    "num_samples=0",
+    "num_samples=7",
+    "unscale FP16",
+    "exit code 0",
+    "exit code 9",
+    "errno 24]",
 ]
 
 
@@ -107,16 +149,50 @@ def test_a_line_is_a_candidate_for_exactly_the_rules_it_holds_a_needle_of(line: 
 # What the end-of-log checks read (loss series, epoch counters, bars, NaN rows, grad norms), and
 # letters outside ASCII that case mapping changes, one that lowercases to two characters, digits
 # of other scripts, and characters of two to four bytes.
-_END_PARTS = ["loss", "Loss: ", "'loss': ", "loss=", "1.5", "2e3", "4000.0", "0.0", "nan", "inf", "-inf", "Epoch 3/3",
-              "epoch: 2/2", "100%|", "██████████|", " 10/10 [==========]", "[=====>....]", "grad_norm: ", "\n", "\n",
-              "12 ", "\t", " ", "Σ", "É", "Д", "İ", "ǅ", "Ⅰ", "٣", "é", "€", "😀", "ß", "ΣLOSS", "ÉPOCH",
-              "{'loss': 0.4821, 'grad_norm': 1.25, 'learning_rate': 1.9e-05, 'epoch': 0.51}\n" * 8]
+_END_PARTS = [
+    "loss",
+    "Loss: ",
+    "'loss': ",
+    "loss=",
+    "1.5",
+    "2e3",
+    "4000.0",
+    "0.0",
+    "nan",
+    "inf",
+    "-inf",
+    "Epoch 3/3",
+    "epoch: 2/2",
+    "100%|",
+    "██████████|",
+    " 10/10 [==========]",
+    "[=====>....]",
+    "grad_norm: ",
+    "\n",
+    "\n",
+    "12 ",
+    "\t",
+    " ",
+    "Σ",
+    "É",
+    "Д",
+    "İ",
+    "ǅ",
+    "Ⅰ",
+    "٣",
+    "é",
+    "€",
+    "😀",
+    "ß",
+    "ΣLOSS",
+    "ÉPOCH",
+    "{'loss': 0.4821, 'grad_norm': 1.25, 'learning_rate': 1.9e-05, 'epoch': 0.51}\n" * 8,
+]
 
 
 @settings(max_examples=300, deadline=None)
 @given(st.lists(st.sampled_from(_END_PARTS), max_size=200), st.integers(0, 6000), st.booleans())
-def test_the_end_of_a_tail_outside_ascii_reads_as_the_reference_reads_it(parts: list[str], pad: int,
-                                                                          bar: bool) -> None:
+def test_the_end_of_a_tail_outside_ascii_reads_as_the_reference_reads_it(parts: list[str], pad: int, bar: bool) -> None:
     """Property: the end-of-log checks give the reference verdict on tails that are not ASCII (the
     fast path lowercases that window as bytes, which leaves non-ASCII letters as they are)."""
     filler = ("Σ step ██ ok\n" if bar else "step ok\n") * (pad // 12)
@@ -129,8 +205,12 @@ _PLAIN_LOSS_VALUE = re.compile(r"""(?:['"]loss['"]\s*:\s*|\bloss\s*[=:]?\s*)([-+
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.lists(st.sampled_from(["loss", "'loss'", '"loss"', ": ", "=", " ", "1.5", "-2e-3", "x", "_", "\n", "é", "0"]),
-                max_size=30))
+@given(
+    st.lists(
+        st.sampled_from(["loss", "'loss'", '"loss"', ": ", "=", " ", "1.5", "-2e-3", "x", "_", "\n", "é", "0"]),
+        max_size=30,
+    )
+)
 def test_the_literal_first_loss_pattern_reads_the_same_values_on_the_same_lines(parts: list[str]) -> None:
     """Property: the literal-first loss-value regex finds the same numbers, each on the same line, as the plain pattern."""
     text = "".join(parts)
@@ -151,8 +231,9 @@ def test_the_progress_check_by_parts_equals_the_whole_regex(line: str, extra: st
 
 @settings(max_examples=300, deadline=None)
 @given(st.integers(0, 2**32 - 1), st.booleans(), st.integers(0, 60))
-def test_the_last_progress_line_over_skeletons_is_the_one_the_whole_text_search_finds(seed: int, forget: bool,
-                                                                              noisy: int) -> None:
+def test_the_last_progress_line_over_skeletons_is_the_one_the_whole_text_search_finds(
+    seed: int, forget: bool, noisy: int
+) -> None:
     """Property: walking back over the lines' skeletons finds the same last progress line (at the same
     place) as the marker search over the whole text, past up to 40 lines that hold a marker but are
     no progress, and with the marker memory emptied (another thread) as well."""
@@ -215,11 +296,15 @@ def test_every_rule_finds_its_first_match_by_alternatives_where_the_whole_patter
 
 
 @settings(max_examples=400, deadline=None)
-@given(st.sampled_from(LINES), st.sampled_from(sorted({lit for r in rules._RULES for lits, _ in r.parts or ()
-                                                        for lit in lits or ()})),
-       st.integers(0, 200), st.text(alphabet="nafe:= 0.1()\t-_", max_size=8))
-def test_a_line_given_a_rule_literal_gets_the_same_first_match_by_alternatives(line: str, literal: str, at: int,
-                                                                                 extra: str) -> None:
+@given(
+    st.sampled_from(LINES),
+    st.sampled_from(sorted({lit for r in rules._RULES for lits, _ in r.parts or () for lit in lits or ()})),
+    st.integers(0, 200),
+    st.text(alphabet="nafe:= 0.1()\t-_", max_size=8),
+)
+def test_a_line_given_a_rule_literal_gets_the_same_first_match_by_alternatives(
+    line: str, literal: str, at: int, extra: str
+) -> None:
     """Property: with one of the rules' literals (and noise) put into a line, every rule still finds
     the same first match alternative by alternative as with its whole pattern."""
     low = rules._lower_same_length(line[:at] + literal + extra + line[at:])
@@ -228,24 +313,28 @@ def test_a_line_given_a_rule_literal_gets_the_same_first_match_by_alternatives(l
             assert rules._first_in_line(rule, low) == _whole_first(rule, low), rule.name
 
 
-@pytest.mark.parametrize(("alternative", "literals"), [
-    ("loss (?:is|became) nan", ("loss ",)),
-    (r"\bgave (?:a )?nan loss\b", ("gave ",)),
-    (r"(?<!rendezvous)connectionerror", ("connectionerror",)),
-    (r"\b(?:ran|run|went) out of", ("ran", "run", "went")),
-    (r"(?:memory|vram|\bram\b)[^\n]{0,40}?full", ("memory", "vram", "ram")),
-    (r"grad(?:ient)?[ _]norm", ("grad",)),
-    (r"cross_?entropy", ("cross",)),  # the "_" is optional: the literal stops before it
-    (r"sslerror|ssl: certificate", ("sslerror", "ssl: certificate")),  # (taken as a group)
-    (r"sslerror|x", None),  # a one-character literal is not worth a test
-    (r"\[errno 2\]", ("[errno 2]",)),
-    (r"a+bc", None),  # one character, then a quantifier
-    (r"(?:ab|cd)?ef", None),  # an optional group holds no required literal
-    (r"\d+ steps", None),
-    (r"^(?:\S*: line \d+: +\d+ )?killed\b", None),
-])
-def test_the_leading_literals_of_an_alternative_are_held_by_every_match(alternative: str,
-                                                                        literals: tuple[str, ...] | None) -> None:
+@pytest.mark.parametrize(
+    ("alternative", "literals"),
+    [
+        ("loss (?:is|became) nan", ("loss ",)),
+        (r"\bgave (?:a )?nan loss\b", ("gave ",)),
+        (r"(?<!rendezvous)connectionerror", ("connectionerror",)),
+        (r"\b(?:ran|run|went) out of", ("ran", "run", "went")),
+        (r"(?:memory|vram|\bram\b)[^\n]{0,40}?full", ("memory", "vram", "ram")),
+        (r"grad(?:ient)?[ _]norm", ("grad",)),
+        (r"cross_?entropy", ("cross",)),  # the "_" is optional: the literal stops before it
+        (r"sslerror|ssl: certificate", ("sslerror", "ssl: certificate")),  # (taken as a group)
+        (r"sslerror|x", None),  # a one-character literal is not worth a test
+        (r"\[errno 2\]", ("[errno 2]",)),
+        (r"a+bc", None),  # one character, then a quantifier
+        (r"(?:ab|cd)?ef", None),  # an optional group holds no required literal
+        (r"\d+ steps", None),
+        (r"^(?:\S*: line \d+: +\d+ )?killed\b", None),
+    ],
+)
+def test_the_leading_literals_of_an_alternative_are_held_by_every_match(
+    alternative: str, literals: tuple[str, ...] | None
+) -> None:
     """What `_leading_literals` takes as the literals of which every match holds one."""
     if "|" in alternative and not alternative.startswith("(?:"):
         alternative = f"(?:{alternative})"
@@ -253,8 +342,12 @@ def test_the_leading_literals_of_an_alternative_are_held_by_every_match(alternat
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.lists(st.sampled_from(["[rank0]:", "[rank12]: ", "[default1]:", "[rank\u0663]:", "\n", "x", " ", "[rank"]),
-                max_size=20))
+@given(
+    st.lists(
+        st.sampled_from(["[rank0]:", "[rank12]: ", "[default1]:", "[rank\u0663]:", "\n", "x", " ", "[rank"]),
+        max_size=20,
+    )
+)
 def test_rank_prefixes_are_stripped_as_the_multiline_regex_strips_them(parts: list[str]) -> None:
     """Property: the literal-first rank-prefix substitution equals `_RANK_PREFIX.sub` (line starts only, Unicode digits)."""
     text = "".join(parts)
@@ -262,8 +355,14 @@ def test_rank_prefixes_are_stripped_as_the_multiline_regex_strips_them(parts: li
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.lists(st.sampled_from(["\x1b[31m", "\x1b[0m", "\x1b]0;t\x07", "\x1b]8;;x\x1b\\", "\x1b", "\x1b[", "é", "█", "a",
-                                 "\x07", "\n"]), max_size=20))
+@given(
+    st.lists(
+        st.sampled_from(
+            ["\x1b[31m", "\x1b[0m", "\x1b]0;t\x07", "\x1b]8;;x\x1b\\", "\x1b", "\x1b[", "é", "█", "a", "\x07", "\n"]
+        ),
+        max_size=20,
+    )
+)
 def test_ansi_escapes_are_removed_from_the_encoded_tail_as_from_the_text(parts: list[str]) -> None:
     """Property: the bytes version of the ANSI regex removes exactly the encoded characters the text version removes."""
     text = "".join(parts)
@@ -286,7 +385,9 @@ def test_the_memories_stay_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
     rules._forget()
 
 
-def test_a_memory_emptied_by_another_thread_meanwhile_falls_back_to_the_reference(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_memory_emptied_by_another_thread_meanwhile_falls_back_to_the_reference(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """Given the skeleton memory emptied right after new shapes were learned, the verdict is still the reference's."""
     learn = rules._learn
 
@@ -301,12 +402,20 @@ def test_a_memory_emptied_by_another_thread_meanwhile_falls_back_to_the_referenc
     assert rules.classify(tail).state == "oom"
 
 
-_PLAIN_GRAD_NORM_VALUE = re.compile(r"""\bgrad[ _]norm['"]?\s*[:=]?\s*['"]?([-+]?(?:nan|inf(?:inity)?|[\d.]+(?:e[-+]?\d+)?))""")
+_PLAIN_GRAD_NORM_VALUE = re.compile(
+    r"""\bgrad[ _]norm['"]?\s*[:=]?\s*['"]?([-+]?(?:nan|inf(?:inity)?|[\d.]+(?:e[-+]?\d+)?))"""
+)
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.lists(st.sampled_from(["grad_norm", "grad norm", "xgrad_norm", "'", ": ", "=", " ", "1.5", "inf", "-nan", "é",
-                                 "\n", "_", "grad"]), max_size=30))
+@given(
+    st.lists(
+        st.sampled_from(
+            ["grad_norm", "grad norm", "xgrad_norm", "'", ": ", "=", " ", "1.5", "inf", "-nan", "é", "\n", "_", "grad"]
+        ),
+        max_size=30,
+    )
+)
 def test_the_literal_first_grad_norm_pattern_reads_the_same_values(parts: list[str]) -> None:
     """Property: the literal-first grad-norm regex finds the same values as the plain pattern."""
     text = "".join(parts)
@@ -320,7 +429,8 @@ def test_tails_whose_every_line_carries_a_torchrun_rank_prefix_get_the_reference
         prefix = rng.choice(["[rank0]: ", "[rank3]:", "[default1]: ", "[rank\u0663]: "])
         tail = "".join(prefix + ln for ln in row["log"].splitlines(keepends=True))
         assert rules.classify(tail, idle_seconds=row["idle_seconds"]) == rules._classify_reference(
-            tail, idle_seconds=row["idle_seconds"]), row["id"]
+            tail, idle_seconds=row["idle_seconds"]
+        ), row["id"]
 
 
 def test_threads_sharing_the_skeleton_memory_get_the_reference_verdicts() -> None:
@@ -350,7 +460,16 @@ def test_threads_sharing_the_skeleton_memory_get_the_reference_verdicts() -> Non
     assert wrong == []
 
 
-_BAD_BYTES = [b"\xff", b"\xc3", b"\xe2\x84", b"\x80\x80", b"\xed\xa0\x80", b"\xf4\x90\x80\x80", b"\xe2\x84\xaa", b"\xc3\xa9"]
+_BAD_BYTES = [
+    b"\xff",
+    b"\xc3",
+    b"\xe2\x84",
+    b"\x80\x80",
+    b"\xed\xa0\x80",
+    b"\xf4\x90\x80\x80",
+    b"\xe2\x84\xaa",
+    b"\xc3\xa9",
+]
 
 
 @settings(max_examples=300, deadline=None)
@@ -376,8 +495,9 @@ def test_a_file_read_as_bytes_gets_the_verdict_of_the_file_read_as_text(tmp_path
     than the read, `read_tail_bytes` + classify answers what `read_tail` + classify answers."""
     oom = b"torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB \xff\xfe\n"
     healthy = "".join(HEALTHY[:40]).encode("utf-8")
-    for i, data in enumerate([oom, healthy + b"noise \xc3\x28 here\n" + oom, b"\xe2\x82" + healthy[-50_000:],
-                              healthy * 3 + b"\xff" * 10]):
+    for i, data in enumerate(
+        [oom, healthy + b"noise \xc3\x28 here\n" + oom, b"\xe2\x82" + healthy[-50_000:], healthy * 3 + b"\xff" * 10]
+    ):
         path = tmp_path / f"train{i}.log"
         path.write_bytes(data)
         assert rules.classify(rules.read_tail_bytes(path)) == rules.classify(rules.read_tail(path)), i
@@ -399,9 +519,11 @@ def test_the_needle_tables_are_what_their_definitions_say() -> None:
                     straddling.append((k, other))
         assert rules._INSIDE[needle] == (tuple(dict.fromkeys(within)), tuple(straddling)), needle
         assert rules._RULES_FOR_MATCH[needle] == tuple(
-            i for i, r in enumerate(rules._RULES) if any(needle.startswith(n) for n in r.needles)), needle
+            i for i, r in enumerate(rules._RULES) if any(needle.startswith(n) for n in r.needles)
+        ), needle
     for f in rules._SK_TRIE[::10]:
         assert rules._SK_WITHIN[f] == frozenset(n for n in rules._SK_NEEDLES if n in f), f
         assert rules._SK_PREFIXES[f] == frozenset(n for n in rules._SK_NEEDLES if f.startswith(n)), f
         assert rules._SK_STRADDLE[f] == tuple(
-            k for k in range(1, len(f)) if any(n.startswith(f[k:]) and len(n) > len(f) - k for n in rules._SK_TRIE)), f
+            k for k in range(1, len(f)) if any(n.startswith(f[k:]) and len(n) > len(f) - k for n in rules._SK_TRIE)
+        ), f

@@ -19,13 +19,17 @@ def test_triage_and_the_supervisor_read_one_remedy_table() -> None:
 @pytest.mark.parametrize("state", STATES)
 def test_routing_on_the_remedy_agrees_with_routing_on_the_actions_wording(state: str) -> None:
     """For every state (and io_error's three kinds) the typed route is the route the wording gave."""
-    evidences = [("No space left on device",), ("403 Client Error: Forbidden",), ("Connection reset by peer",)] \
-        if state == "io_error" else [()]
+    evidences = (
+        [("No space left on device",), ("403 Client Error: Forbidden",), ("Connection reset by peer",)]
+        if state == "io_error"
+        else [()]
+    )
     for ev in evidences:
         for restarts in (0, CFG.max_same_host_restarts):
             by_text = route_triage(state, action_for(state, ev), exit_code=1, same_host_restarts=restarts, cfg=CFG)
-            by_remedy = route_triage(state, "", exit_code=1, same_host_restarts=restarts, cfg=CFG,
-                                     remedy=str(remedy_for(state, ev)))
+            by_remedy = route_triage(
+                state, "", exit_code=1, same_host_restarts=restarts, cfg=CFG, remedy=str(remedy_for(state, ev))
+            )
             assert by_text == by_remedy, (state, ev, restarts)
 
 
