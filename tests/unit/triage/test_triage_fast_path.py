@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app.triage import rules
+from app.triage import compiler, matcher, rules
 from app.triage.corpus import DATA_DIR, REAL_SPLITS, real_rows
 
 ROWS = [
@@ -338,7 +338,7 @@ def test_the_leading_literals_of_an_alternative_are_held_by_every_match(
     """What `_leading_literals` takes as the literals of which every match holds one."""
     if "|" in alternative and not alternative.startswith("(?:"):
         alternative = f"(?:{alternative})"
-    assert rules._leading_literals(alternative) == literals
+    assert compiler._leading_literals(alternative) == literals
 
 
 @settings(max_examples=300, deadline=None)
@@ -517,8 +517,8 @@ def test_the_needle_tables_are_what_their_definitions_say() -> None:
                     within.append(other)
                 elif other.startswith(rest):
                     straddling.append((k, other))
-        assert rules._INSIDE[needle] == (tuple(dict.fromkeys(within)), tuple(straddling)), needle
-        assert rules._RULES_FOR_MATCH[needle] == tuple(
+        assert matcher._INSIDE[needle] == (tuple(dict.fromkeys(within)), tuple(straddling)), needle
+        assert matcher._RULES_FOR_MATCH[needle] == tuple(
             i for i, r in enumerate(rules._RULES) if any(needle.startswith(n) for n in r.needles)
         ), needle
     for f in rules._SK_TRIE[::10]:
