@@ -57,6 +57,7 @@ BENCH_PG ?= postgresql+psycopg://postgres@127.0.0.1:5432/th_bench
 bench: $(STAMP) system-deps
 	$(BIN)/python bench/foundation.py $(if $(BENCH_PG),--pg $(BENCH_PG))
 	$(BIN)/python bench/campaign.py --only shipped
+	$(BIN)/python bench/campaign_drivers.py
 	$(BIN)/python bench/trainer.py --hidden 128 --steps 2000 --checkpoint-every 100 --slice-seconds 20 --sps-steps 100 --repeats 3
 	taskset -c 0 $(BIN)/python bench/triage.py
 	$(BIN)/python bench/triage.py --chain

@@ -53,7 +53,7 @@ def run_campaign(trace: Trace, **kw: Any) -> Any:
 
 
 POLICIES = ("guarded", "naive", "oracle")
-SHIPPED = ("smoke", "marketplace", "adversarial", "recovery", "hangs")
+SHIPPED = ("smoke", "proof", "marketplace", "adversarial", "recovery", "hangs")
 COLUMNS = (
     ("creates", "creates"),
     ("dead_hosts", "dead hosts"),

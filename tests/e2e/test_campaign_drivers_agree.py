@@ -20,8 +20,9 @@ def test_the_proof_trace_gives_one_receipt_through_both_drivers(tmp_path: Path) 
     """A frozen pull, a stale driver, a host vanishing mid-training and two jobs: the same counts,
     recoveries included, and dead-host and total cost within 10% of each other. The real-time run
     starts its own redis-server, worker, beat and sim server in `tmp_path`."""
-    virtual = run_campaign_file("proof").receipt
-    real = run_campaign_realtime("proof", scale=3.0, workdir=tmp_path / "celery").receipt
+    # both supervisors poll every 10 s: a job's end is seen at most 10 s apart in the two drivers
+    virtual = run_campaign_file("proof", monitor_s=10.0).receipt
+    real = run_campaign_realtime("proof", scale=3.0, workdir=tmp_path / "celery", monitor_s=10.0).receipt
     assert virtual["unfinished_jobs"] == [] and real["unfinished_jobs"] == [], real["unfinished_jobs"]
     for key in SAME:
         assert real[key] == virtual[key], (key, virtual[key], real[key])

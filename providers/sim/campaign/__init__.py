@@ -32,12 +32,13 @@ def run_campaign(
     trace_label: str | None = None,
     standby_hosts: int | None = None,
     progress_hedge_max: int | None = None,
+    monitor_s: float | None = None,
 ) -> CampaignResult:
     """Replay one campaign in virtual time; the receipt comes from the simulator's referee.
 
     `standby_hosts` overrides the policy's warm standby pool (default: the policy's, 0);
     `progress_hedge_max` its extra rentals per waiting recovery whose chains pull slowly (default:
-    the policy's, 0; naive never hedges).
+    the policy's, 0; naive never hedges); `monitor_s` the supervisor's poll period (default 30 s).
     """
     c = Campaign(
         trace,
@@ -47,14 +48,29 @@ def run_campaign(
         trace_label=trace_label or trace.name,
         standby_hosts=standby_hosts,
         progress_hedge_max=progress_hedge_max,
+        monitor_s=monitor_s,
     )
     receipt = c.run()
     return CampaignResult(receipt=receipt, ledger=c.ledger, unfinished=dict(c.failed), recovery_facts=c.recovery_facts)
 
 
 def run_campaign_file(
-    path: str, *, policy: str = "guarded", jobs: int | None = None, seed: int = 0, standby_hosts: int | None = None
+    path: str,
+    *,
+    policy: str = "guarded",
+    jobs: int | None = None,
+    seed: int = 0,
+    standby_hosts: int | None = None,
+    monitor_s: float | None = None,
 ) -> CampaignResult:
     """`run_campaign` on a trace file (or a shipped trace's name)."""
     trace = load_trace(path)
-    return run_campaign(trace, policy=policy, jobs=jobs, seed=seed, trace_label=str(path), standby_hosts=standby_hosts)
+    return run_campaign(
+        trace,
+        policy=policy,
+        jobs=jobs,
+        seed=seed,
+        trace_label=str(path),
+        standby_hosts=standby_hosts,
+        monitor_s=monitor_s,
+    )

@@ -152,6 +152,7 @@ class Campaign:
         trace_label: str,
         standby_hosts: int | None = None,
         progress_hedge_max: int | None = None,
+        monitor_s: float | None = None,
     ) -> None:
         if policy not in POLICIES:
             raise ValueError(f"unknown policy {policy!r}; known: {sorted(POLICIES)}")
@@ -167,6 +168,10 @@ class Campaign:
             if progress_hedge_max < 0:
                 raise ValueError(f"progress_hedge_max must be >= 0, got {progress_hedge_max}")
             self.cfg = replace(self.cfg, progress_hedge_max=progress_hedge_max)
+        if monitor_s is not None:  # the supervisor's poll period (TUNEHARNESS_MONITOR_S in real time)
+            if not 0 < monitor_s < float("inf"):
+                raise ValueError(f"monitor_s must be a positive number of seconds, got {monitor_s}")
+            self.cfg = replace(self.cfg, monitor_s=monitor_s)
         # The supervisor's judgement: the naive renter restarts nothing on the same host.
         self.sup_cfg = SupervisorConfig(
             monitor_s=self.cfg.monitor_s, max_same_host_restarts=0 if self.cfg.destroy_lost_hosts else 2
