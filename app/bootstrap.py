@@ -233,21 +233,34 @@ def sim_serve(
 
 
 def sim_campaign(
-    trace: str, *, policy: str, jobs: int | None = None, seed: int = 0, standby_hosts: int = 0
+    trace: str,
+    *,
+    policy: str,
+    jobs: int | None = None,
+    seed: int = 0,
+    standby_hosts: int = 0,
+    monitor_s: float | None = None,
 ) -> dict[str, Any]:
     """Replay a whole campaign in virtual time (`tuneharness sim campaign`): the referee's receipt."""
     from providers.sim.campaign import run_campaign_file
 
-    return run_campaign_file(trace, policy=policy, jobs=jobs, seed=seed, standby_hosts=standby_hosts).receipt
+    return run_campaign_file(
+        trace, policy=policy, jobs=jobs, seed=seed, standby_hosts=standby_hosts, monitor_s=monitor_s
+    ).receipt
 
 
 def sim_campaign_realtime(
-    trace: str, *, jobs: int | None = None, scale: float = 3.0, progress: Callable[[str], None] | None = None
+    trace: str,
+    *,
+    jobs: int | None = None,
+    scale: float = 3.0,
+    monitor_s: float | None = None,
+    progress: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
     """Run a campaign through the real-time fleet in scaled time (`sim campaign --driver celery`)."""
     from providers.sim.campaign.realtime import run_campaign_realtime
 
-    return run_campaign_realtime(trace, jobs=jobs, scale=scale, progress=progress).receipt
+    return run_campaign_realtime(trace, jobs=jobs, scale=scale, monitor_s=monitor_s, progress=progress).receipt
 
 
 def triage_chain(*, with_specialist: bool = True, with_llm: bool = True) -> TriageChain:

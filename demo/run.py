@@ -172,6 +172,29 @@ def campaign_in_money() -> None:
     )
 
 
+def two_drivers() -> None:
+    """The same trace through both drivers: the simulator now, the real fleet as recorded."""
+    recorded = json.loads((REPO / "bench" / "results" / "campaign_drivers.json").read_text())
+    cols = ("creates", "dead_hosts", "good_hosts_destroyed", "jobs_completed", "dead_host_cost_usd", "total_cost_usd")
+    proc = sh("sim", "campaign", "--trace", "proof", "--monitor-s", "10", "--json", show=False)
+    live = json.loads(proc.stdout)
+    real = recorded["raw"]["proof"]["celery"]
+    console.print(
+        "One policy, two drivers: the `proof` trace (two jobs; a frozen pull, a stale driver, a host that "
+        "vanishes mid-training) replayed by the simulator just now, beside the same trace run through the "
+        f"real fleet (Celery, sim serve with real sshd hosts, the real trainer; recorded by "
+        f"bench/campaign_drivers.py in {recorded['raw']['proof']['celery_wall_s']:.0f} s; live: "
+        "`tuneharness sim campaign --driver celery --trace proof --monitor-s 10`):"
+    )
+    table = Table()
+    table.add_column("driver")
+    for c in cols:
+        table.add_column(c)
+    table.add_row("virtual (now)", *[str(live[c]) for c in cols])
+    table.add_row("celery (recorded)", *[str(real[c]) for c in cols])
+    console.print(table)
+
+
 def real_preflights() -> None:
     """The preflight judgement on the reports two real H200s printed (bench/gpu.py, recorded)."""
     from app.policy.gpus import DATASHEET_PEAK_TFLOPS_BF16
@@ -572,6 +595,7 @@ def main() -> None:
     console.print(Rule("[bold magenta]tuneharness demo"))
     marketplace_seam()
     campaign_in_money()
+    two_drivers()
     real_preflights()
     fleet_and_job()
     money_guardrails()

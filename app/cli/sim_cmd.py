@@ -89,6 +89,9 @@ def campaign(
         "hosts, the real trainer on the CPU), in scaled time (minutes)",
     ),
     scale: float = typer.Option(3.0, "--scale", help="with --driver celery: simulated seconds per wall second"),
+    monitor_s: float | None = typer.Option(
+        None, "--monitor-s", help="the supervisor's poll period in simulated seconds (default 30)"
+    ),
 ) -> None:
     """Replay a whole campaign; the receipt comes from the simulator's billing and truth.
 
@@ -106,6 +109,8 @@ def campaign(
         raise UserError(f"--jobs must be at least 1, got {jobs}. Fix: pass a positive number")
     if standby_hosts < 0:
         raise UserError(f"--standby-hosts must be 0 or more, got {standby_hosts}. Fix: pass 0, 1, 2, ...")
+    if monitor_s is not None and not 0 < monitor_s < float("inf"):
+        raise UserError(f"--monitor-s must be a positive number of seconds, got {monitor_s}. Fix: e.g. 10")
     if driver not in ("virtual", "celery"):
         raise UserError(f"--driver {driver!r} is not a driver. Fix: pass virtual or celery")
     if driver == "celery":
@@ -115,10 +120,16 @@ def campaign(
                 "standby pools. Fix: drop --policy and --standby-hosts, or use --driver virtual"
             )
         receipt = bootstrap.sim_campaign_realtime(
-            trace, jobs=jobs, scale=scale, progress=None if as_json else lambda m: typer.echo(m, err=True)
+            trace,
+            jobs=jobs,
+            scale=scale,
+            monitor_s=monitor_s,
+            progress=None if as_json else lambda m: typer.echo(m, err=True),
         )
     else:
-        receipt = bootstrap.sim_campaign(trace, policy=policy, jobs=jobs, seed=seed, standby_hosts=standby_hosts)
+        receipt = bootstrap.sim_campaign(
+            trace, policy=policy, jobs=jobs, seed=seed, standby_hosts=standby_hosts, monitor_s=monitor_s
+        )
     if as_json:
         typer.echo(json.dumps(receipt))
         return
