@@ -9,14 +9,15 @@ from __future__ import annotations
 
 import typer
 
+# Every trace in providers/sim/traces (tests/unit/foundation checks the list stays whole).
+TRACE_HELP = "trace file, or a shipped trace name: smoke, proof, marketplace, adversarial, recovery, hangs"
+
 app = typer.Typer(help="The simulated marketplace of lying hosts.", no_args_is_help=True)
 
 
 @app.command("serve")
 def serve(
-    trace: str = typer.Option(
-        "smoke", "--trace", help="trace file, or a shipped trace name: smoke, marketplace, adversarial"
-    ),
+    trace: str = typer.Option("smoke", "--trace", help=TRACE_HELP),
     scale: float = typer.Option(1.0, "--scale", help="simulated seconds per wall second"),
     port: int = typer.Option(0, "--port", help="TCP port on 127.0.0.1 (0: pick a free one)"),
     root: str | None = typer.Option(
@@ -73,9 +74,7 @@ def serve(
 
 @app.command("campaign")
 def campaign(
-    trace: str = typer.Option(
-        ..., "--trace", help="trace file, or a shipped trace name: smoke, marketplace, adversarial"
-    ),
+    trace: str = typer.Option(..., "--trace", help=TRACE_HELP),
     policy: str = typer.Option("guarded", "--policy", help="guarded, naive or oracle"),
     jobs: int | None = typer.Option(None, "--jobs", help="number of jobs (default: the trace's workload)"),
     seed: int = typer.Option(0, "--seed", help="seed for the policy's jitter"),

@@ -82,3 +82,12 @@ def test_shipped_traces_are_what_the_generator_writes() -> None:
     from providers.sim.make_traces import main
 
     assert main(["--check"]) == 0
+
+
+def test_cli_help_names_every_shipped_trace() -> None:
+    """`--trace`'s help lists exactly the traces that ship, so a new trace cannot go unmentioned."""
+    from app.cli.sim_cmd import TRACE_HELP
+    from providers.sim.trace import TRACES_DIR
+
+    named = {n.strip() for n in TRACE_HELP.split(":", 1)[1].split(",")}
+    assert named == {p.stem for p in TRACES_DIR.glob("*.json")}
