@@ -14,7 +14,7 @@ No I/O of its own and no clock: the effects bring both.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Protocol
+from typing import Protocol, assert_never
 
 from app.policy.fleet import Drop, HoldAction, Release, Renew
 from app.policy.provisioning import (
@@ -112,6 +112,8 @@ def apply(fx: Effects, job: JobState, act: Action) -> Observation | None:
         fx.gave_up(job, act)
     elif isinstance(act, WakeAt):
         fx.wake(job, act)
+    else:  # a new Action type must get its effect here: mypy fails until it does
+        assert_never(act)
     return None
 
 
@@ -151,3 +153,5 @@ def tend(fx: HoldEffects, decisions: Iterable[HoldAction | None]) -> None:
             fx.renew(act)
         elif isinstance(act, Drop):
             fx.drop(act)
+        elif act is not None:
+            assert_never(act)

@@ -8,13 +8,14 @@ every vendor error into the hierarchy below.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, Literal, Protocol, runtime_checkable
 
 from app.errors import TuneharnessError
 
 __all__ = [
     "INSTANCE_STATES",
+    "OFFER_FIELDS",
     "AuthFailed",
     "Instance",
     "InstanceState",
@@ -53,6 +54,10 @@ class Offer:
     raw: Mapping[str, Any] = field(default_factory=dict, compare=False, hash=False, repr=False)
 
 
+# An offer's described fields, in order: everything but the vendor's raw record.
+OFFER_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(Offer) if f.name != "raw")
+
+
 @dataclass(frozen=True, slots=True)
 class SSHEndpoint:
     host: str
@@ -75,6 +80,22 @@ class Instance:
     dph_total: float | None
     started_at: float | None  # epoch seconds
     raw: Mapping[str, Any] = field(default_factory=dict, compare=False, hash=False, repr=False)
+
+    @classmethod
+    def gone(cls, provider: str, instance_id: str) -> Instance:
+        """An instance the vendor no longer knows: nothing about it but its id."""
+        return cls(
+            provider=provider,
+            instance_id=instance_id,
+            machine_id=None,
+            label=None,
+            state="gone",
+            status_line=None,
+            ssh=None,
+            gpu_util=None,
+            dph_total=None,
+            started_at=None,
+        )
 
 
 @dataclass(frozen=True, slots=True)

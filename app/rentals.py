@@ -29,7 +29,7 @@ from app.budget import Budget, Reservation
 from app.db import read_connection, write_transaction
 from app.errors import TuneharnessError, UserError
 from app.ledger import Event, Ledger
-from app.market import LaunchSpec, Market, Offer
+from app.market import OFFER_FIELDS, LaunchSpec, Market, Offer
 from app.policy.guardrails import LABEL_PREFIX, label_for, parse_label
 
 __all__ = [
@@ -180,23 +180,7 @@ def _row(r: Any) -> Rental:
 
 def _offer_json(offer: Offer) -> str:
     return json.dumps(
-        {
-            k: getattr(offer, k)
-            for k in (
-                "provider",
-                "offer_id",
-                "machine_id",
-                "gpu_name",
-                "num_gpus",
-                "gpu_ram_gb",
-                "dph_total",
-                "storage_per_gb_month",
-                "inet_down_per_gb",
-                "inet_down_mbps",
-                "reliability",
-                "cuda_max",
-            )
-        },
+        {k: getattr(offer, k) for k in OFFER_FIELDS},
         sort_keys=True,
     )
 

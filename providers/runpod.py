@@ -148,18 +148,7 @@ def _state(desired: Any, ssh: SSHEndpoint | None) -> InstanceState:
 def runpod_instance(rec: Mapping[str, Any] | None, instance_id: str, *, now: float | None = None) -> Instance:
     """A `pod` record as an Instance; `None` (RunPod's answer for an unknown pod) reads as gone."""
     if rec is None:
-        return Instance(
-            provider=PROVIDER,
-            instance_id=instance_id,
-            machine_id=None,
-            label=None,
-            state="gone",
-            status_line=None,
-            ssh=None,
-            gpu_util=None,
-            dph_total=None,
-            started_at=None,
-        )
+        return Instance.gone(PROVIDER, instance_id)
     runtime = rec.get("runtime") if isinstance(rec.get("runtime"), Mapping) else None
     ssh = _public_ssh(runtime)
     state = _state(rec.get("desiredStatus"), ssh)

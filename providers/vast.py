@@ -143,18 +143,7 @@ def _ssh(rec: Mapping[str, Any]) -> SSHEndpoint | None:
 def vast_instance(rec: Mapping[str, Any] | None, instance_id: str) -> Instance:
     """One record of `/instances/` as an Instance; `None` (Vast's "gone") reads as state gone."""
     if rec is None:
-        return Instance(
-            provider=PROVIDER,
-            instance_id=instance_id,
-            machine_id=None,
-            label=None,
-            state="gone",
-            status_line=None,
-            ssh=None,
-            gpu_util=None,
-            dph_total=None,
-            started_at=None,
-        )
+        return Instance.gone(PROVIDER, instance_id)
     state = _state(rec)
     status_msg = rec.get("status_msg")
     return Instance(

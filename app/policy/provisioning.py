@@ -736,20 +736,7 @@ def _on_adopted(job: JobState, obs: Adopted, now: float, cfg: ProvisioningConfig
     if job.phase != "queued":
         return job, []
     h = obs.held
-    offer = Offer(
-        provider=h.provider,
-        offer_id=f"held:{h.instance_id}",
-        machine_id=h.machine_id,
-        gpu_name=h.gpu_name,
-        num_gpus=h.num_gpus,
-        gpu_ram_gb=h.gpu_ram_gb,
-        dph_total=h.dph_total,
-        storage_per_gb_month=None,
-        inet_down_per_gb=None,
-        inet_down_mbps=None,
-        reliability=None,
-        cuda_max=None,
-    )
+    offer = h.as_offer()
     att = Attempt(
         instance_id=h.instance_id,
         machine_id=h.machine_id,
@@ -861,7 +848,13 @@ def _verified(job: JobState, att: Attempt, now: float, cfg: ProvisioningConfig) 
     """The host proved it computes: train on it, or (a standby job) hold it for whoever needs it."""
     if not job.standby:
         return _start_training(job, att, now, cfg)
-    host = HeldHost(
+    host = _held(att, now, hold_s=cfg.standby_hold_s, standby=True)
+    return replace(job, phase="done", attempt=None, failures_in_row=0), [Hold(job.job_id, host)]
+
+
+def _held(att: Attempt, now: float, *, hold_s: float, standby: bool = False) -> HeldHost:
+    """The attempt's verified host, kept running from `now` for `hold_s`."""
+    return HeldHost(
         instance_id=att.instance_id,
         machine_id=att.machine_id,
         provider=att.provider,
@@ -870,10 +863,9 @@ def _verified(job: JobState, att: Attempt, now: float, cfg: ProvisioningConfig) 
         num_gpus=att.offer.num_gpus,
         dph_total=att.offer.dph_total,
         held_since=now,
-        hold_until=now + cfg.standby_hold_s,
-        standby=True,
+        hold_until=now + hold_s,
+        standby=standby,
     )
-    return replace(job, phase="done", attempt=None, failures_in_row=0), [Hold(job.job_id, host)]
 
 
 def _start_training(job: JobState, att: Attempt, now: float, cfg: ProvisioningConfig) -> tuple[JobState, list[Action]]:
@@ -904,22 +896,7 @@ def _on_trainer(
             Record(att.machine_id, att.provider, "slice_finished", None, f"{obs.work_s:.0f}s of work")
         ]
         if cfg.hold_s > 0:
-            acts.append(
-                Hold(
-                    job.job_id,
-                    HeldHost(
-                        instance_id=att.instance_id,
-                        machine_id=att.machine_id,
-                        provider=att.provider,
-                        gpu_name=att.offer.gpu_name,
-                        gpu_ram_gb=att.offer.gpu_ram_gb,
-                        num_gpus=att.offer.num_gpus,
-                        dph_total=att.offer.dph_total,
-                        held_since=now,
-                        hold_until=now + cfg.hold_s,
-                    ),
-                )
-            )
+            acts.append(Hold(job.job_id, _held(att, now, hold_s=cfg.hold_s)))
         else:
             acts.append(Stop(job.job_id, att.instance_id, att.machine_id, "job finished", "adapter pulled"))
         acts.append(Finished(job.job_id))

@@ -15,6 +15,7 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from app.market import Offer
 from app.policy.gpus import same_gpu
 from app.policy.ranking import Requirements
 
@@ -137,6 +138,23 @@ class HeldHost:
     held_since: float
     hold_until: float
     standby: bool = False  # kept for recoveries only
+
+    def as_offer(self) -> Offer:
+        """The held host as the offer a job rents it by: its GPU and rate; the rest is unknown."""
+        return Offer(
+            provider=self.provider,
+            offer_id=f"held:{self.instance_id}",
+            machine_id=self.machine_id,
+            gpu_name=self.gpu_name,
+            num_gpus=self.num_gpus,
+            gpu_ram_gb=self.gpu_ram_gb,
+            dph_total=self.dph_total,
+            storage_per_gb_month=None,
+            inet_down_per_gb=None,
+            inet_down_mbps=None,
+            reliability=None,
+            cuda_max=None,
+        )
 
 
 def pick_held_host(

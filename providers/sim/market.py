@@ -195,18 +195,7 @@ class SimMarket:
             if inst is not None and instance_id in self._active:
                 self._sync_one(inst, self.clock.now())
             if inst is None:
-                return Instance(
-                    provider=PROVIDER,
-                    instance_id=instance_id,
-                    machine_id=None,
-                    label=None,
-                    state="gone",
-                    status_line=None,
-                    ssh=None,
-                    gpu_util=None,
-                    dph_total=None,
-                    started_at=None,
-                )
+                return Instance.gone(PROVIDER, instance_id)
             return self._instance(inst, self.clock.now())
 
     def list_instances(self, label_prefix: str = "") -> list[Instance]:

@@ -6,6 +6,7 @@ from typing import Any
 
 from app.market import (
     INSTANCE_STATES,
+    OFFER_FIELDS,
     Instance,
     InstanceState,
     LaunchSpec,
@@ -25,30 +26,15 @@ __all__ = [
     "spec_to_json",
 ]
 
-_OFFER_FIELDS = (
-    "provider",
-    "offer_id",
-    "machine_id",
-    "gpu_name",
-    "num_gpus",
-    "gpu_ram_gb",
-    "dph_total",
-    "storage_per_gb_month",
-    "inet_down_per_gb",
-    "inet_down_mbps",
-    "reliability",
-    "cuda_max",
-)
-
 
 def offer_to_json(o: Offer) -> dict[str, Any]:
-    d = {f: getattr(o, f) for f in _OFFER_FIELDS}
+    d = {f: getattr(o, f) for f in OFFER_FIELDS}
     d["raw"] = dict(o.raw)
     return d
 
 
 def offer_from_json(d: dict[str, Any]) -> Offer:
-    fields: dict[str, Any] = {f: d.get(f) for f in _OFFER_FIELDS}
+    fields: dict[str, Any] = {f: d.get(f) for f in OFFER_FIELDS}
     return Offer(**fields, raw=d.get("raw") or {})
 
 

@@ -716,20 +716,7 @@ class Campaign:
             self.standby_spans[h.instance_id] = (span[0], now)
         self.live[h.instance_id] = _Live(
             act.job_id,
-            Offer(
-                provider=h.provider,
-                offer_id="held",
-                machine_id=h.machine_id,
-                gpu_name=h.gpu_name,
-                num_gpus=h.num_gpus,
-                gpu_ram_gb=h.gpu_ram_gb,
-                dph_total=h.dph_total,
-                storage_per_gb_month=None,
-                inet_down_per_gb=None,
-                inet_down_mbps=None,
-                reliability=None,
-                cuda_max=None,
-            ),
+            h.as_offer(),
             now,
             trained=True,
         )
