@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -19,13 +20,14 @@ from sqlalchemy import Connection, Engine, create_engine, event, text
 from sqlalchemy.exc import OperationalError
 from sqlmodel import SQLModel
 
-from app.errors import ServiceUnavailable
+from app.errors import ServiceUnavailable, UserError
 
 __all__ = [
     "TABLE_MODULES",
     "advisory_key",
     "init_db",
     "is_postgres",
+    "ledger_role_grants",
     "make_engine",
     "write_transaction",
 ]
@@ -164,7 +166,43 @@ _PG_TRIGGERS = [
     "DROP TRIGGER IF EXISTS ledger_no_truncate ON ledger_events",
     """CREATE TRIGGER ledger_no_truncate BEFORE TRUNCATE ON ledger_events
        FOR EACH STATEMENT EXECUTE FUNCTION tuneharness_ledger_reject()""",
+    # A trigger is origin-only by default: a session that sets `session_replication_role =
+    # replica` would skip it. ALWAYS fires it in every session, replicas included.
+    "ALTER TABLE ledger_events ENABLE ALWAYS TRIGGER ledger_no_update",
+    "ALTER TABLE ledger_events ENABLE ALWAYS TRIGGER ledger_no_truncate",
 ]
+_PG_GUARD_TRIGGERS = ("ledger_no_truncate", "ledger_no_update")
+
+
+def _pg_triggers_in_place(conn: Connection) -> bool:
+    """Both ledger triggers exist and fire ALWAYS (so a role that does not own the table, which
+    may not replace them, has nothing to do)."""
+    rows = conn.execute(
+        text(
+            "SELECT tgname, tgenabled FROM pg_trigger "
+            "WHERE tgrelid = to_regclass('ledger_events') AND NOT tgisinternal ORDER BY tgname"
+        )
+    ).all()
+    return tuple(r[0] for r in rows if r[1] == "A") == _PG_GUARD_TRIGGERS
+
+
+def ledger_role_grants(role: str) -> list[str]:
+    """The statements that let `role` run the application while it may only INSERT and SELECT the
+    ledger: no UPDATE, DELETE or TRUNCATE on it, and (not owning it) no way to disable its
+    triggers; full use of every other table. Run by the tables' owner (`tuneharness ledger lock-down`)."""
+    if not re.fullmatch(r"[a-z_][a-z0-9_]{0,62}", role):
+        raise UserError(f"role {role!r} is not a plain PostgreSQL role name. Fix: use lower-case letters, digits, _")
+    for name in TABLE_MODULES:
+        importlib.import_module(name)
+    q = f'"{role}"'
+    stmts = [f"GRANT USAGE ON SCHEMA public TO {q}"]
+    for table in sorted(SQLModel.metadata.tables):
+        if table == "ledger_events":
+            stmts += [f"REVOKE ALL ON ledger_events FROM {q}", f"GRANT SELECT, INSERT ON ledger_events TO {q}"]
+        else:
+            stmts.append(f"GRANT SELECT, INSERT, UPDATE, DELETE ON {table} TO {q}")
+    stmts.append(f"GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA public TO {q}")
+    return stmts
 
 
 def init_db(engine: Engine) -> None:
@@ -173,5 +211,10 @@ def init_db(engine: Engine) -> None:
         importlib.import_module(name)
     with write_transaction(engine, lock="tuneharness.schema") as conn:
         SQLModel.metadata.create_all(conn)
-        for stmt in _PG_TRIGGERS if is_postgres(engine) else _SQLITE_TRIGGERS:
-            conn.execute(text(stmt))
+        if is_postgres(engine):
+            if not _pg_triggers_in_place(conn):
+                for stmt in _PG_TRIGGERS:
+                    conn.execute(text(stmt))
+        else:
+            for stmt in _SQLITE_TRIGGERS:
+                conn.execute(text(stmt))

@@ -23,9 +23,9 @@ from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlmodel import Field, SQLModel
 
 from app.db import advisory_key, is_postgres, read_connection, write_transaction
-from app.errors import LedgerAppendOnly
+from app.errors import LedgerAppendOnly, UserError
 
-__all__ = ["GENESIS_HASH", "Event", "Ledger", "LedgerEvent", "LedgerRow", "VerifyReport", "row_hash"]
+__all__ = ["GENESIS_HASH", "Event", "Ledger", "LedgerEvent", "LedgerRow", "VerifyReport", "parse_anchor", "row_hash"]
 
 GENESIS_HASH = "0" * 64
 LEDGER_LOCK = "tuneharness.ledger"
@@ -113,6 +113,26 @@ class VerifyReport:
     rows: int
     first_bad_seq: int | None = None
     problem: str | None = None
+    # The newest row's seq and hash: an anchor to write down elsewhere (`ledger verify` prints it as
+    # `SEQ:HASH`) and check later with `verify(anchor=...)`, so that even a rewrite of the whole chain
+    # by someone with the database's owner rights is found.
+    head_seq: int | None = None
+    head_hash: str | None = None
+
+    @property
+    def anchor(self) -> str | None:
+        return None if self.head_seq is None else f"{self.head_seq}:{self.head_hash}"
+
+
+def parse_anchor(text_: str) -> tuple[int, str]:
+    """`SEQ:HASH` as `ledger verify` prints it; a UserError naming the fix otherwise."""
+    seq, _, digest = text_.strip().partition(":")
+    if not seq.isdigit() or len(digest) != 64 or any(c not in "0123456789abcdef" for c in digest):
+        raise UserError(
+            f"anchor {text_!r} is not SEQ:HASH (a row number and 64 hex digits). "
+            "Fix: pass the anchor exactly as `tuneharness ledger verify` printed it"
+        )
+    return int(seq), digest
 
 
 def _iso(at: datetime) -> str:
@@ -242,13 +262,23 @@ class Ledger:
         with read_connection(self.engine) as conn:
             return [_to_row(r) for r in conn.execute(q)]
 
-    def verify(self) -> VerifyReport:
-        """Recompute the chain; report the first row whose hash or link does not match."""
+    def verify(self, *, anchor: tuple[int, str] | None = None) -> VerifyReport:
+        """Recompute the chain; report the first row whose hash or link does not match, and (given an
+        `anchor` recorded earlier) whether the row at that seq still has that hash."""
         prev = GENESIS_HASH
         count = 0
+        head_seq: int | None = None
+        anchored = anchor is None
         with read_connection(self.engine) as conn:
             for r in conn.execute(select(_TABLE).order_by(_TABLE.c.seq)):
                 count += 1
+                head_seq = r.seq
+                if anchor is not None and r.seq == anchor[0]:
+                    if r.row_hash != anchor[1]:
+                        return VerifyReport(
+                            False, count, r.seq, "the row's hash differs from the anchor (history was rewritten)"
+                        )
+                    anchored = True
                 fields = {k: getattr(r, k) for k in _HASHED_FIELDS}
                 if r.prev_hash != prev:
                     return VerifyReport(
@@ -260,4 +290,9 @@ class Ledger:
                 if row_hash(prev, fields) != r.row_hash:
                     return VerifyReport(False, count, r.seq, "row contents do not match row_hash (the row was altered)")
                 prev = r.row_hash
-        return VerifyReport(True, count)
+        if not anchored:
+            assert anchor is not None
+            return VerifyReport(
+                False, count, anchor[0], "the anchored row is missing (history was truncated or rewritten)"
+            )
+        return VerifyReport(True, count, head_seq=head_seq, head_hash=prev if head_seq is not None else None)

@@ -47,13 +47,25 @@ def show(
 
 
 @app.command("verify")
-def verify() -> None:
-    """Recompute the hash chain; exit 1 naming the first bad seq if a row was altered."""
-    from app import bootstrap
+def verify(
+    anchor: Annotated[
+        str | None,
+        typer.Option(help="SEQ:HASH as an earlier verify printed it: that row must still carry that hash."),
+    ] = None,
+) -> None:
+    """Recompute the hash chain; exit 1 naming the first bad seq if a row was altered.
 
-    report = bootstrap.ledger().verify()
+    Prints the newest row's anchor (SEQ:HASH): keep it somewhere the database's owner cannot edit
+    (a ticket, a chat message, another machine) and pass it back with --anchor later.
+    """
+    from app import bootstrap
+    from app.ledger import parse_anchor
+
+    report = bootstrap.ledger().verify(anchor=None if anchor is None else parse_anchor(anchor))
     if report.ok:
-        typer.echo(f"ledger ok: {report.rows} events, chain intact")
+        typer.echo(f"ledger ok: {report.rows} events, chain intact" + (", anchor matches" if anchor else ""))
+        if report.anchor:
+            typer.echo(f"anchor: {report.anchor}")
         return
     typer.echo(f"ledger CORRUPT at seq {report.first_bad_seq}: {report.problem}", err=True)
     raise typer.Exit(1)
@@ -75,3 +87,33 @@ def note(
         raise UserError('an empty note says nothing. Fix: tuneharness ledger note "what happened"')
     row = bootstrap.ledger().append(Event(kind="operator_note", job=job, instance=instance, reason=text))
     typer.echo(f"noted as seq {row.seq}")
+
+
+@app.command("lock-down")
+def lock_down(
+    role: Annotated[str, typer.Option(help="The PostgreSQL role the workers and the CLI will connect as.")],
+    print_only: Annotated[bool, typer.Option("--print", help="Print the statements instead of running them.")] = False,
+) -> None:
+    """Let ROLE run the application while it may only INSERT and SELECT the ledger (PostgreSQL).
+
+    Run as the tables' owner, after every upgrade; then point TUNEHARNESS_DB_URL at ROLE. Not owning
+    the table, ROLE can neither UPDATE/DELETE ledger rows nor disable the triggers that refuse it.
+    """
+    from sqlalchemy import text
+
+    from app import bootstrap
+    from app.db import init_db, is_postgres, ledger_role_grants, write_transaction
+    from app.errors import UserError
+
+    stmts = ledger_role_grants(role)
+    if print_only:
+        typer.echo(";\n".join(stmts) + ";")
+        return
+    engine = bootstrap.engine()
+    if not is_postgres(engine):
+        raise UserError("lock-down needs PostgreSQL (SQLite has no roles). Fix: set TUNEHARNESS_DB_URL to PostgreSQL")
+    init_db(engine)
+    with write_transaction(engine, lock="tuneharness.schema") as conn:
+        for stmt in stmts:
+            conn.execute(text(stmt))
+    typer.echo(f"role {role}: SELECT and INSERT on the ledger, full use of the other tables ({len(stmts)} grants)")
