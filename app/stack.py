@@ -22,9 +22,21 @@ from app.errors import ServiceUnavailable, UserError
 from app.settings import Settings
 from app.settings_catalogue import secret_names
 
-__all__ = ["ALL_QUEUES", "Stack", "broker_reachable", "free_port", "wait_until"]
+__all__ = ["ALL_QUEUES", "Stack", "broker_reachable", "free_port", "refuse_open_flower", "wait_until"]
 
 ALL_QUEUES = "provision,ssh,monitor,evaluate,maintenance"
+
+
+def refuse_open_flower(settings: Settings) -> None:
+    """Flower shows every task's arguments and can revoke tasks: on an address other machines reach
+    it needs basic auth, and without it nothing is started."""
+    addr = settings.flower_address.strip()
+    loopback = addr in ("localhost", "::1") or addr.startswith("127.")
+    if not loopback and not (settings.flower_user and settings.flower_password):
+        raise UserError(
+            f"Flower would listen on {addr} without authentication. Fix: set TUNEHARNESS_FLOWER_USER and "
+            "TUNEHARNESS_FLOWER_PASSWORD, keep TUNEHARNESS_FLOWER_ADDRESS=127.0.0.1, or pass --no-flower"
+        )
 
 
 def free_port() -> int:
@@ -160,6 +172,8 @@ class Stack:
 
     def start(self) -> None:
         """Start broker (if needed), worker, beat and Flower."""
+        if self.flower:
+            refuse_open_flower(self.settings)
         self.start_broker()
         py = sys.executable
         self._spawn(

@@ -53,6 +53,17 @@ def _check_on_worker_start(**_: Any) -> None:
     _refuse_bad_time_limits()
 
 
+@signals.after_setup_logger.connect
+@signals.after_setup_task_logger.connect
+def _scrub_logs(logger: Any = None, **_: Any) -> None:
+    # httpx logs full URLs at INFO: a webhook's URL is its secret (app/logscrub.py).
+    from app.logscrub import configure_logging
+
+    configure_logging()
+    if logger is not None:
+        configure_logging(logger)
+
+
 _beat_lock: Any = None
 
 

@@ -36,3 +36,33 @@ def test_flower_environment_holds_no_secret(tmp_path: Path, monkeypatch: pytest.
     }
     assert not leaked, leaked
     assert "VAST_API_KEY" in stack.env()  # the worker runs our code and needs the key
+
+
+@pytest.mark.parametrize(
+    ("address", "auth", "refused"),
+    [
+        ("0.0.0.0", False, True),
+        ("10.0.0.5", False, True),
+        ("0.0.0.0", True, False),
+        ("127.0.0.1", False, False),
+        ("localhost", False, False),
+    ],
+)
+def test_flower_on_a_public_address_needs_auth(tmp_path: Path, address: str, auth: bool, refused: bool) -> None:
+    """`up` refuses, before starting anything, to put Flower on a reachable address without basic auth."""
+    from app.errors import UserError
+    from app.stack import refuse_open_flower
+
+    env = {"TUNEHARNESS_HOME": str(tmp_path), "TUNEHARNESS_FLOWER_ADDRESS": address}
+    if auth:
+        env |= {"TUNEHARNESS_FLOWER_USER": "ops", "TUNEHARNESS_FLOWER_PASSWORD": "pw2"}
+    settings = load_settings(env)
+    if refused:
+        with pytest.raises(UserError, match="without authentication"):
+            refuse_open_flower(settings)
+        stack = Stack(settings, run_dir=tmp_path / "run")
+        with pytest.raises(UserError):
+            stack.start()
+        assert not stack.children and not (tmp_path / "run").exists()
+    else:
+        refuse_open_flower(settings)
