@@ -53,6 +53,14 @@ def _check_on_worker_start(**_: Any) -> None:
     _refuse_bad_time_limits()
 
 
+@signals.worker_ready.connect
+def _watch_beat(**_: Any) -> None:
+    # beat cannot report its own freeze: each worker watches the periodic tasks' last successes
+    from workers.beatwatch import start_for_worker
+
+    start_for_worker(app.conf.beat_schedule)
+
+
 @signals.after_setup_logger.connect
 @signals.after_setup_task_logger.connect
 def _scrub_logs(logger: Any = None, **_: Any) -> None:

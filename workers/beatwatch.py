@@ -1,0 +1,100 @@
+"""A frozen beat is noticed by the workers, not by beat itself.
+
+The periodic tasks (watchdogs, reaper, reconciler, budget monitor) are scheduled by the one beat;
+a task that beat schedules cannot report that beat has stopped. Each worker's main process runs
+one daemon thread instead: every `check_every_s` it reads each periodic task's last success
+(`app.liveness`) and, when one is older than three of its intervals, sends `beat_overdue` through
+the notifier directly (the alert outbox is flushed by a beat task too, so it is not relied on).
+The alert's key is per task and hour, so several workers and repeated checks send it once.
+A worker gives beat three intervals from its own start before it counts a task that never ran.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+__all__ = ["BeatWatch", "late_tasks"]
+
+
+def late_tasks(
+    last: Mapping[str, float], intervals_s: Mapping[str, float], *, now: float, watching_since: float
+) -> list[tuple[str, float]]:
+    """(name, seconds since last success or since watching began) of tasks overdue by 3 intervals."""
+    from app.liveness import overdue
+
+    late = []
+    for o in overdue(last, intervals_s, now=now):
+        age = o.age_s if o.age_s is not None else now - watching_since
+        if age > 3.0 * o.interval_s and now - watching_since > 3.0 * o.interval_s:
+            late.append((o.name, age))
+    return late
+
+
+class BeatWatch:
+    """The thread; `check_once` is what it does each period (tests call it directly)."""
+
+    def __init__(
+        self,
+        intervals_s: Mapping[str, float],
+        *,
+        read_last: Callable[[], Mapping[str, float]],
+        alert: Callable[[str, str, str], None],
+        check_every_s: float,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.intervals_s = dict(intervals_s)
+        self.read_last = read_last
+        self.alert = alert
+        self.check_every_s = check_every_s
+        self.clock = clock
+        self.started = clock()
+        self._stop = threading.Event()
+
+    def check_once(self) -> list[str]:
+        now = self.clock()
+        late = late_tasks(self.read_last(), self.intervals_s, now=now, watching_since=self.started)
+        for name, age in late:
+            self.alert(
+                "beat_overdue",
+                f"periodic task {name} last succeeded {age:.0f}s ago (every {self.intervals_s[name]:.0f}s): "
+                "is beat running? Fix: start exactly one beat (`tuneharness up` does) and check `tuneharness doctor`",
+                f"beat_overdue:{name}:{int(now // 3600)}",
+            )
+        return [n for n, _ in late]
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.check_every_s):
+            try:
+                self.check_once()
+            except Exception:  # the database or the webhook is down: try again next period
+                continue
+
+    def start(self) -> None:
+        threading.Thread(target=self._loop, name="beat-watch", daemon=True).start()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+
+def start_for_worker(schedule: Mapping[str, Mapping[str, Any]]) -> BeatWatch:
+    """The worker's watch over `schedule` (beat's, as this process scaled it), alerting via the notifier."""
+    from app import bootstrap
+    from app.alerts import Alert
+    from app.liveness import last_successes
+
+    intervals = {name: float(str(entry["schedule"])) for name, entry in schedule.items()}
+
+    def alert(kind: str, text: str, key: str) -> None:
+        bootstrap.notifier(background=False).notify(Alert(kind, text, key=key))
+
+    watch = BeatWatch(
+        intervals,
+        read_last=lambda: last_successes(bootstrap.engine()),
+        alert=alert,
+        check_every_s=min(intervals.values()),
+    )
+    watch.start()
+    return watch
