@@ -17,9 +17,10 @@ from typing import Any
 from sqlalchemy import Connection, Engine, func, select, text
 from sqlmodel import Field, SQLModel
 
-from app.db import advisory_key, is_postgres, read_connection, write_transaction
+from app.db import advisory_key, is_postgres, money_check, read_connection, write_transaction
 from app.errors import BudgetExceeded, UserError
 from app.ledger import Event, Ledger
+from app.numbers import MAX_USD, finite, is_finite_number
 
 __all__ = ["Budget", "BudgetCap", "BudgetStatus", "Reservation", "ReservationRow"]
 
@@ -48,6 +49,7 @@ def period_start(period: str, now: float) -> float:
 
 class BudgetCap(SQLModel, table=True):
     __tablename__ = "budget_caps"
+    __table_args__ = (money_check("budget_caps", "cap_usd"),)
 
     name: str = Field(primary_key=True)
     cap_usd: float  # the cap, in `unit` (dollars unless unit is gpu_minutes)
@@ -58,6 +60,7 @@ class BudgetCap(SQLModel, table=True):
 
 class ReservationRow(SQLModel, table=True):
     __tablename__ = "budget_reservations"
+    __table_args__ = (money_check("budget_reservations", "amount_usd"),)
 
     id: str = Field(primary_key=True)
     budget: str = Field(index=True)
@@ -100,6 +103,12 @@ def _now() -> str:
     return datetime.now(UTC).isoformat()
 
 
+def _check_settled(actual_usd: float) -> None:
+    """What was spent is a finite, non-negative amount: NaN would hide the spend from every cap."""
+    if not (is_finite_number(actual_usd) and 0 <= actual_usd <= MAX_USD):
+        raise ValueError(f"a settled amount must be a finite amount from 0 to {MAX_USD:g}, got {actual_usd!r}")
+
+
 def _lock_name(budget: str) -> str:
     return f"tuneharness.budget.{budget}"
 
@@ -119,9 +128,8 @@ class Budget:
         `day`, `week` and `month` count only their current UTC period; `gpu-minutes-day` counts
         GPU minutes per day. Any other name is a total cap (e.g. one per job).
         """
-        if cap_usd < 0:
-            raise UserError(f"budget cap must be >= 0, got {cap_usd}. Fix: pass a non-negative cap")
         unit = unit or ("gpu_minutes" if name.startswith("gpu-minutes") else "usd")
+        cap_usd = finite(cap_usd, f"budget {name}: the cap", minimum=0, maximum=MAX_USD)
         period = period or PERIOD_OF_NAME.get(name, "total")
         if unit not in UNITS or period not in PERIODS:
             raise UserError(f"budget {name}: unit must be one of {UNITS} and period one of {PERIODS}")
@@ -176,8 +184,8 @@ class Budget:
 
         Each item is (cap name, amount in that cap's unit). Caps are locked in name order.
         """
-        if any(amount < 0 for _, amount in items):
-            raise ValueError("a reservation must be >= 0")
+        if not all(is_finite_number(amount) and 0 <= amount <= MAX_USD for _, amount in items):
+            raise ValueError(f"a reservation must be a finite amount from 0 to {MAX_USD:g}, got {list(items)}")
         now_ts = datetime.now(UTC).timestamp() if now is None else now
         base_key = idempotency_key or f"reserve:{uuid.uuid4()}"
         names = sorted({n for n, _ in items})
@@ -288,10 +296,12 @@ class Budget:
 
     def settle(self, reservation_id: str, actual_usd: float, *, reason: str) -> None:
         """Replace the held amount by what was actually spent."""
+        _check_settled(actual_usd)
         self._close(reservation_id, SETTLED, actual_usd, reason)
 
     def settle_in(self, conn: Connection, reservation_id: str, actual_usd: float, *, reason: str) -> None:
         """`settle` inside the caller's write transaction (e.g. a rental changing hands): both or neither."""
+        _check_settled(actual_usd)
         row = conn.execute(select(_RES).where(_RES.c.id == reservation_id)).first()
         if row is None:
             raise UserError(f"no reservation {reservation_id!r}")

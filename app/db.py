@@ -10,27 +10,32 @@ from __future__ import annotations
 
 import hashlib
 import importlib
+import logging
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Connection, Engine, create_engine, event, text
-from sqlalchemy.exc import OperationalError
+from sqlalchemy import CheckConstraint, Connection, Engine, create_engine, event, text
+from sqlalchemy.exc import DBAPIError, OperationalError
 from sqlmodel import SQLModel
 
 from app.errors import ServiceUnavailable, UserError
 
 __all__ = [
+    "MONEY_COLUMNS",
     "TABLE_MODULES",
     "advisory_key",
     "init_db",
     "is_postgres",
     "ledger_role_grants",
     "make_engine",
+    "money_check",
     "write_transaction",
 ]
+
+log = logging.getLogger(__name__)
 
 # Modules that define SQLModel tables; init_db imports them so create_all sees every table.
 TABLE_MODULES = [
@@ -41,10 +46,13 @@ TABLE_MODULES = [
     "app.alerts",
     "app.services.guardrails",
     "app.reputation",
+    "app.gpu_speeds",
     "app.jobs",
     "app.services.provisioning",
     "app.services.leases",
     "app.services.supervisor",
+    "app.services.transfer",
+    "app.deliveries",
 ]
 
 SQLITE_BUSY_TIMEOUT_MS = 60_000
@@ -205,8 +213,82 @@ def ledger_role_grants(role: str) -> list[str]:
     return stmts
 
 
+# -- money is finite ----------------------------------------------------------------------------
+# Every comparison with NaN is false and PostgreSQL orders 'NaN' above every number, so a NaN cap
+# would refuse nothing. The database refuses non-finite money itself: the bounds below exclude NaN
+# (on PostgreSQL) and both infinities (everywhere). SQLite stores a NaN it is given as NULL; the
+# NOT NULL columns refuse it, and the ledger refuses it before it gets there.
+MONEY_LIMIT = 1e15
+# (table, column, lowest value): the columns that hold money (or a cap in GPU minutes).
+MONEY_COLUMNS: tuple[tuple[str, str, float], ...] = (
+    ("budget_caps", "cap_usd", 0.0),
+    ("budget_reservations", "amount_usd", 0.0),
+    ("jobs", "budget_usd", 0.0),
+    ("ledger_events", "amount_usd", -MONEY_LIMIT),
+    ("ledger_events", "rate_usd_per_hour", 0.0),
+    ("rentals", "rate_usd_per_hour", 0.0),
+)
+
+
+def _money_name(table: str, column: str) -> str:
+    return f"money_finite_{table}_{column}"
+
+
+def _money_condition(column: str, lowest: float, *, prefix: str = "") -> str:
+    c = f"{prefix}{column}"
+    return f"{c} IS NULL OR ({c} >= {lowest!r} AND {c} <= {MONEY_LIMIT!r})"
+
+
+def money_check(table: str, column: str) -> CheckConstraint:
+    """The CHECK a money column's table declares (tables created from now on carry it)."""
+    lowest = next(lo for t, c, lo in MONEY_COLUMNS if (t, c) == (table, column))
+    return CheckConstraint(_money_condition(column, lowest), name=_money_name(table, column))
+
+
+def _install_money_checks(conn: Connection, *, postgres: bool) -> None:
+    """Give tables created before the CHECKs existed the same guard: on PostgreSQL the constraint
+    itself (NOT VALID first, so old rows never block a start; validated when they pass); on
+    SQLite, which cannot add a constraint to a table, BEFORE INSERT/UPDATE triggers."""
+    for table, column, lowest in MONEY_COLUMNS:
+        name = _money_name(table, column)
+        if postgres:
+            exists = conn.execute(
+                text("SELECT 1 FROM pg_constraint WHERE conname = :n AND conrelid = to_regclass(:t)"),
+                {"n": name, "t": table},
+            ).first()
+            if exists is not None:
+                continue
+            try:
+                with conn.begin_nested():
+                    cond = _money_condition(column, lowest)
+                    conn.execute(text(f"ALTER TABLE {table} ADD CONSTRAINT {name} CHECK ({cond}) NOT VALID"))
+            except DBAPIError as exc:  # e.g. a role that does not own the table: the owner adds it
+                log.warning("cannot add %s (%s): run `tuneharness` once as the tables' owner", name, exc.orig)
+                continue
+            try:
+                with conn.begin_nested():
+                    conn.execute(text(f"ALTER TABLE {table} VALIDATE CONSTRAINT {name}"))
+            except DBAPIError:
+                log.warning("%s holds rows with non-finite money: %s guards new rows only", table, name)
+            continue
+        created = conn.execute(
+            text("SELECT sql FROM sqlite_master WHERE type = 'table' AND name = :t"), {"t": table}
+        ).scalar()
+        if created is None or name in str(created):
+            continue
+        bad = f"NOT ({_money_condition(column, lowest, prefix='NEW.')})"
+        msg = f"money check: {table}.{column} must be a finite amount"
+        for op, when in (("insert", "INSERT"), ("update", f"UPDATE OF {column}")):
+            conn.execute(
+                text(
+                    f"CREATE TRIGGER IF NOT EXISTS {name}_{op} BEFORE {when} ON {table} "
+                    f"WHEN {bad} BEGIN SELECT RAISE(ABORT, '{msg}'); END"
+                )
+            )
+
+
 def init_db(engine: Engine) -> None:
-    """Create every table and the ledger's append-only triggers (idempotent)."""
+    """Create every table, the ledger's append-only triggers and the money CHECKs (idempotent)."""
     for name in TABLE_MODULES:
         importlib.import_module(name)
     with write_transaction(engine, lock="tuneharness.schema") as conn:
@@ -218,3 +300,4 @@ def init_db(engine: Engine) -> None:
         else:
             for stmt in _SQLITE_TRIGGERS:
                 conn.execute(text(stmt))
+        _install_money_checks(conn, postgres=is_postgres(engine))

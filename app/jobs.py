@@ -25,11 +25,14 @@ data it names are shipped to the host), what it needs from a host, its budget, a
       providers: [vast, runpod]
       image: pytorch/pytorch:2.5.1-cuda12.4-cudnn9-runtime
       disk_gb: 60
-      min_reliability: 0.98       # optional (default 0.98)
+      min_reliability: 0.98       # optional: a hard floor on the platform's score (unset: the score only weighs in)
+      datacenter_only: false      # optional: only datacenter hosts (Vast datacenter, RunPod secure cloud)
       min_download_mbps: 500      # optional
       download_gb: 23             # optional: image + model pulled (ranking, reservation)
-      train_hours: 0.5            # optional: expected training time (ranking, reservation)
+      train_hours: 0.5            # optional: expected training time (ranking, reservation, kill-time)
+      kill_after_hours: 3         # optional: each rental's kill-time after its create (default: derived)
       standby_hosts: 1            # optional (default 0): verified hosts kept waiting for this job's recoveries
+      expected_tflops: 48         # optional: bf16 TFLOP/s a healthy card reaches (default: learned, docs/jobs.md)
     budget_usd: 5.00
     gate:                         # optional: evaluate and judge the adapters (docs/gate.md)
       config: gate.json           # a gate.json path, or the gate.json mapping inline
@@ -44,13 +47,19 @@ A job with a gate trains one adapter per seed: submit records the job and one ru
 and supervised on its own; when the last run's adapter is pulled, `evaluate_job` builds the
 trial and judges it.
 
-Paths are relative to the job file. The trainer validates job.json fully on the host; here the
-fields, their types and the shipped files are checked before anything is enqueued or spent.
+Paths are relative to the job file and may not climb out of its directory (an absolute path is a
+deliberate choice); what is shipped is a regular file or a directory. Every number is finite and
+in range (`app.numbers`): NaN and infinity are refused where they are read. The trainer
+validates job.json fully on the host; here the fields, their types and the shipped files are
+checked before anything is enqueued or spent.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import re
+import stat
 import time
 import uuid
 from collections.abc import Mapping, Sequence
@@ -61,9 +70,11 @@ from typing import Any
 from sqlalchemy import Engine, select
 from sqlmodel import Field, SQLModel
 
-from app.db import read_connection, write_transaction
+from app.db import money_check, read_connection, write_transaction
 from app.errors import UserError
+from app.numbers import MAX_COUNT, MAX_HOURS, MAX_USD, MAX_USD_PER_HOUR, range_problem
 from app.policy.ranking import JobShape, Requirements
+from app.safetext import printable
 
 __all__ = [
     "DEFAULT_GATE_SEEDS",
@@ -82,7 +93,7 @@ __all__ = [
     "spec_from_dict",
 ]
 
-JOB_PHASES = ("queued", "provisioning", "training", "evaluating", "done", "failed", "cancelled")
+JOB_PHASES = ("queued", "provisioning", "training", "paused", "evaluating", "done", "failed", "cancelled")
 PROVIDERS = ("vast", "runpod", "sim")
 
 _TOP = ("name", "train", "needs", "budget_usd", "gate")
@@ -99,6 +110,9 @@ _NEEDS = (
     "download_gb",
     "train_hours",
     "standby_hosts",
+    "kill_after_hours",
+    "datacenter_only",
+    "expected_tflops",
 )
 # Warm standby hosts per job: each one bills its GPU while it waits, so keep the number small.
 MAX_STANDBY_HOSTS = 4
@@ -146,7 +160,17 @@ _TRAIN_CHOICES = {
 _TRAIN_PATHS = ("base_model", "train_file", "eval_file")
 _GATE = ("config", "eval", "baseline", "incumbent", "seeds", "timeout_s")
 # gate.json's keys (gate/trial.py is the authority; checked here so a typo fails at submit)
-_GATE_CONFIG = ("metric", "min_margin", "ood", "critical_labels", "max_missed", "model", "task", "baseline_name")
+_GATE_CONFIG = (
+    "metric",
+    "min_margin",
+    "ood",
+    "critical_labels",
+    "max_missed",
+    "model",
+    "task",
+    "baseline_name",
+    "min_canaries",
+)
 _METRICS = ("accuracy", "macro_f1")
 DEFAULT_GATE_SEEDS = (1, 2)
 DEFAULT_GATE_TIMEOUT_S = 400.0
@@ -165,7 +189,8 @@ class JobFileError(UserError):
     def __init__(self, source: str, line: int | None, field_name: str, problem: str, fix: str) -> None:
         self.source, self.line, self.field, self.problem = source, line, field_name, problem
         where = f"{source} line {line}" if line is not None else source
-        super().__init__(f"{where}: {field_name}: {problem}. Fix: {fix}")
+        # what a file says is escaped, never sent to a terminal: one line, no control characters
+        super().__init__(printable(f"{where}: {field_name}: {problem}. Fix: {fix}"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,6 +207,14 @@ class Needs:
     download_gb: float = 20.0  # image + model the host pulls (for ranking and the reservation)
     train_hours: float = 1.0  # expected training time at full speed (same)
     standby_hosts: int = 0  # verified hosts kept waiting (and billing) for this job's recoveries
+    kill_after_hours: float | None = None  # each rental's kill-time after its create (None: derived)
+    datacenter_only: bool = False  # only datacenter hosts (Vast datacenter, RunPod secure cloud)
+    # bf16 TFLOP/s a healthy card of the job's GPU reaches on the preflight (None: learned per model,
+    # app.policy.speeds); a host below 85% of it is throttled.
+    expected_tflops: float | None = None
+    # The job file named min_reliability: a hard filter. Unset, 0.98 is soft (only the prior of
+    # the delivery probability under the guarded policy; see app.policy.ranking).
+    min_reliability_hard: bool = False
 
     def requirements(self) -> Requirements:
         """The provisioning policy's filters for this job."""
@@ -190,9 +223,11 @@ class Needs:
             min_gpu_ram_gb=self.min_vram_gb,
             num_gpus=self.num_gpus,
             min_reliability=self.min_reliability,
+            reliability_floor_soft=not self.min_reliability_hard,
             min_inet_down_mbps=self.min_download_mbps,
             max_dph=self.max_usd_per_hour,
             providers=self.providers,
+            datacenter_only=self.datacenter_only,
         )
 
 
@@ -235,7 +270,10 @@ class JobSpec:
     def shape(self) -> JobShape:
         """What one attempt at this job pulls, trains and stores (for ranking and reservations)."""
         return JobShape(
-            download_gb=self.needs.download_gb, train_s=self.needs.train_hours * 3600.0, disk_gb=self.needs.disk_gb
+            download_gb=self.needs.download_gb,
+            train_s=self.needs.train_hours * 3600.0,
+            disk_gb=self.needs.disk_gb,
+            kill_after_s=None if self.needs.kill_after_hours is None else self.needs.kill_after_hours * 3600.0,
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -255,6 +293,10 @@ class JobSpec:
                 "download_gb": self.needs.download_gb,
                 "train_hours": self.needs.train_hours,
                 "standby_hosts": self.needs.standby_hosts,
+                "kill_after_hours": self.needs.kill_after_hours,
+                "datacenter_only": self.needs.datacenter_only,
+                "expected_tflops": self.needs.expected_tflops,
+                "min_reliability_hard": self.needs.min_reliability_hard,
             },
             "budget_usd": self.budget_usd,
             "gate": None if self.gate is None else dict(self.gate),
@@ -266,6 +308,10 @@ class JobSpec:
 
 
 # -- YAML with line numbers -------------------------------------------------------------------
+MAX_YAML_NODES = 10_000  # values in a job file once aliases are expanded
+MAX_YAML_DEPTH = 32
+
+
 def _compose(text: str, source: str) -> tuple[Any, dict[str, int]]:
     """Parse YAML into plain data plus a map from dotted field path to its line (1-based)."""
     import yaml
@@ -275,13 +321,27 @@ def _compose(text: str, source: str) -> tuple[Any, dict[str, int]]:
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         line = mark.line + 1 if mark is not None else None
-        problem = getattr(exc, "problem", None) or str(exc)
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
         raise JobFileError(source, line, "(file)", f"not valid YAML ({problem})", "correct the YAML syntax") from None
+    except RecursionError:
+        raise JobFileError(source, None, "(file)", "nested too deeply", "write a flat job file") from None
     lines: dict[str, int] = {}
     if node is None:
         return None, lines
+    # Aliases share one node, so composing is cheap, but walking expands every alias: a "billion
+    # laughs" file of a few lines would walk 10^9 nodes. Count them and stop early.
+    budget = [MAX_YAML_NODES]
 
-    def walk(n: Any, path: str) -> Any:
+    def walk(n: Any, path: str, depth: int = 0) -> Any:
+        budget[0] -= 1
+        if budget[0] < 0 or depth > MAX_YAML_DEPTH:
+            raise JobFileError(
+                source,
+                n.start_mark.line + 1,
+                "(file)",
+                f"expands to more than {MAX_YAML_NODES} values or {MAX_YAML_DEPTH} levels (YAML aliases?)",
+                "write the job file without repeated aliases (&anchor / *alias)",
+            )
         lines.setdefault(path, n.start_mark.line + 1)
         if isinstance(n, yaml.MappingNode):
             out: dict[str, Any] = {}
@@ -289,10 +349,10 @@ def _compose(text: str, source: str) -> tuple[Any, dict[str, int]]:
                 key = str(k.value) if isinstance(k, yaml.ScalarNode) else f"(key at line {k.start_mark.line + 1})"
                 sub = f"{path}.{key}" if path else key
                 lines[sub] = k.start_mark.line + 1
-                out[key] = walk(v, sub)
+                out[key] = walk(v, sub, depth + 1)
             return out
         if isinstance(n, yaml.SequenceNode):
-            return [walk(v, f"{path}[{i}]") for i, v in enumerate(n.value)]
+            return [walk(v, f"{path}[{i}]", depth + 1) for i, v in enumerate(n.value)]
         loader = yaml.SafeLoader("")
         try:
             return loader.construct_object(n, deep=True)
@@ -333,10 +393,12 @@ class _Check:
         if isinstance(value, bool) or not ok:
             want = "a whole number" if integer else "a number"
             raise self.fail(path, f"must be {want}, got {_kind(value)} {value!r}", f"write {want}")
-        if minimum is not None and value < minimum:
-            raise self.fail(path, f"must be at least {minimum:g}, got {value}", f"use a value >= {minimum:g}")
-        if maximum is not None and value > maximum:
-            raise self.fail(path, f"must be at most {maximum:g}, got {value}", f"use a value <= {maximum:g}")
+        # finite and in range: NaN passes every comparison and .inf every lower bound
+        if maximum is None and integer:
+            maximum = MAX_COUNT
+        problem = range_problem(value, minimum=minimum, maximum=maximum, integer=integer)
+        if problem is not None:
+            raise self.fail(path, *problem)
         return float(value)
 
     def string(self, value: Any, path: str) -> str:
@@ -356,6 +418,30 @@ def _kind(v: Any) -> str:
     return {dict: "a mapping", list: "a list", str: "text", bool: "true/false", type(None): "nothing"}.get(
         type(v), type(v).__name__
     )
+
+
+_HUB_REPO = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
+_HUB_REVISION = re.compile(r"^[0-9a-f]{40}$")
+
+
+def _hub_model(c: _Check, value: Mapping[str, Any]) -> None:
+    """`train.base_model: {hf: ORG/NAME, revision: <40-hex commit>}`: a public Hugging Face model."""
+    hub = c.mapping(value, "train.base_model", ("hf", "revision"))
+    for key in ("hf", "revision"):
+        if key not in hub:
+            raise c.fail(
+                "train.base_model", f"`{key}` is missing", "write base_model: {hf: ORG/NAME, revision: <40-hex commit>}"
+            )
+    repo = c.string(hub["hf"], "train.base_model.hf")
+    if not _HUB_REPO.match(repo):
+        raise c.fail("train.base_model.hf", f"{repo!r} is not ORG/NAME", "use the model's id as the hub shows it")
+    revision = c.string(hub["revision"], "train.base_model.revision")
+    if not _HUB_REVISION.match(revision):
+        raise c.fail(
+            "train.base_model.revision",
+            f"{revision!r} is not a 40-hex commit",
+            "pin the commit the hub shows for the model (a branch or tag can change under a running job)",
+        )
 
 
 def parse_job_text(
@@ -378,7 +464,11 @@ def parse_job_text(
     for key in _TRAIN_INTS:
         if key in train:
             c.number(train[key], f"train.{key}", minimum=0 if key in ("seed", "warmup_steps") else 1, integer=True)
-    c.number(train["learning_rate"], "train.learning_rate", minimum=0)
+    c.number(train["learning_rate"], "train.learning_rate", minimum=0, maximum=1)
+    if "max_grad_norm" in train:
+        c.number(train["max_grad_norm"], "train.max_grad_norm", minimum=0, maximum=MAX_COUNT)
+    if "status_every_s" in train:
+        c.number(train["status_every_s"], "train.status_every_s", minimum=0.1, maximum=10)
     if "deterministic" in train and not isinstance(train["deterministic"], bool):
         raise c.fail(
             "train.deterministic",
@@ -395,7 +485,7 @@ def parse_job_text(
         if key not in lora:
             raise c.fail("train.lora", f"`{key}` is missing", f"add train.lora.{key}")
     c.number(lora["r"], "train.lora.r", minimum=1, integer=True)
-    c.number(lora["alpha"], "train.lora.alpha", minimum=0)
+    c.number(lora["alpha"], "train.lora.alpha", minimum=0, maximum=MAX_COUNT)
     if "dropout" in lora:
         c.number(lora["dropout"], "train.lora.dropout", minimum=0, maximum=1)
     c.strings(lora["target_modules"], "train.lora.target_modules")
@@ -409,10 +499,16 @@ def parse_job_text(
     for key in _TRAIN_PATHS:
         if key not in train:
             continue
+        if key == "base_model" and isinstance(train[key], Mapping):
+            _hub_model(c, train[key])  # a public model the host fetches itself: nothing shipped
+            continue
         rel = c.string(train[key], f"train.{key}")
-        p = Path(rel) if Path(rel).is_absolute() else base / rel
+        p = _contained(c, rel, f"train.{key}", base)
         if check_files and not p.exists():
             raise c.fail(f"train.{key}", f"{p} does not exist", "point it at a file or directory next to the job file")
+        if check_files:
+            _plain(c, p, f"train.{key}")
+            _shippable(c, p, f"train.{key}")
         ship.append(str(p.resolve()) if check_files else str(p))
 
     raw_needs = c.mapping(top["needs"], "needs", _NEEDS)
@@ -430,20 +526,32 @@ def parse_job_text(
                 )
         needs_kw["providers"] = provs
     for key, kw in (
-        ("min_vram_gb", {"minimum": 0}),
-        ("max_usd_per_hour", {"minimum": 0}),
-        ("disk_gb", {"minimum": 1}),
+        ("min_vram_gb", {"minimum": 0, "maximum": 10_000}),
+        ("max_usd_per_hour", {"minimum": 0, "maximum": MAX_USD_PER_HOUR}),
+        ("disk_gb", {"minimum": 1, "maximum": 100_000}),
         ("min_reliability", {"minimum": 0, "maximum": 1}),
-        ("min_download_mbps", {"minimum": 0}),
-        ("download_gb", {"minimum": 0}),
-        ("train_hours", {"minimum": 0}),
+        ("min_download_mbps", {"minimum": 0, "maximum": 1_000_000}),
+        ("download_gb", {"minimum": 0, "maximum": 100_000}),
+        ("train_hours", {"minimum": 0, "maximum": MAX_HOURS}),
+        ("expected_tflops", {"minimum": 0.001, "maximum": 100_000}),
     ):
         if key in raw_needs:
-            needs_kw[key] = c.number(raw_needs[key], f"needs.{key}", **kw)  # type: ignore[arg-type]
+            needs_kw[key] = c.number(raw_needs[key], f"needs.{key}", **kw)
     if "num_gpus" in raw_needs:
         needs_kw["num_gpus"] = int(c.number(raw_needs["num_gpus"], "needs.num_gpus", minimum=1, integer=True))
     if "image" in raw_needs:
         needs_kw["image"] = c.string(raw_needs["image"], "needs.image")
+    needs_kw["min_reliability_hard"] = "min_reliability" in raw_needs
+    if "datacenter_only" in raw_needs:
+        if not isinstance(raw_needs["datacenter_only"], bool):
+            raise c.fail(
+                "needs.datacenter_only",
+                f"{raw_needs['datacenter_only']!r} is not true or false",
+                "write datacenter_only: true (or leave it out)",
+            )
+        needs_kw["datacenter_only"] = raw_needs["datacenter_only"]
+    if "kill_after_hours" in raw_needs:
+        needs_kw["kill_after_hours"] = _kill_after_hours(c, raw_needs["kill_after_hours"], needs_kw)
     if "standby_hosts" in raw_needs:
         needs_kw["standby_hosts"] = int(
             c.number(
@@ -453,7 +561,7 @@ def parse_job_text(
 
     budget = None
     if top.get("budget_usd") is not None:
-        budget = c.number(top["budget_usd"], "budget_usd", minimum=0)
+        budget = c.number(top["budget_usd"], "budget_usd", minimum=0, maximum=MAX_USD)
     gate = None
     if top.get("gate") is not None:
         gate = _gate_section(c, top["gate"], base, check_files=check_files)
@@ -470,12 +578,73 @@ def parse_job_text(
     )
 
 
+# A rental's kill-time is a backstop against a host billing forever: a week at most.
+MAX_KILL_AFTER_HOURS = 168.0
+
+
+def _kill_after_hours(c: _Check, value: Any, needs_kw: Mapping[str, Any]) -> float:
+    """needs.kill_after_hours: a finite number of hours in (0, MAX_KILL_AFTER_HOURS], and no less
+    than the training it must cover (a shorter one stops every host before the job can finish)."""
+    hours = c.number(value, "needs.kill_after_hours", minimum=0, maximum=MAX_KILL_AFTER_HOURS)
+    if hours <= 0:
+        raise c.fail("needs.kill_after_hours", "must be more than 0 hours", "write e.g. kill_after_hours: 3")
+    train_hours = float(needs_kw.get("train_hours", Needs().train_hours))
+    if hours < train_hours:
+        raise c.fail(
+            "needs.kill_after_hours",
+            f"{hours:g} h is shorter than train_hours {train_hours:g} h: the reaper would stop every host first",
+            f"give at least {train_hours:g} h plus the pull, or leave it out (derived from train_hours)",
+        )
+    return hours
+
+
 def _path(c: _Check, value: Any, path: str, base: Path, *, check_files: bool, what: str) -> str:
     rel = c.string(value, path)
-    p = Path(rel) if Path(rel).is_absolute() else base / rel
+    p = _contained(c, rel, path, base)
     if check_files and not p.exists():
         raise c.fail(path, f"{p} does not exist", f"point it at {what} (paths are relative to the job file)")
+    if check_files:
+        _plain(c, p, path)
     return str(p.resolve()) if check_files else str(p)
+
+
+def _shippable(c: _Check, p: Path, path: str) -> None:
+    """What goes to a stranger's host holds no secret (app.shipguard): nothing from the state
+    directory, no private key, no credential file."""
+    from app.shipguard import shipping_refusal
+
+    problem = shipping_refusal(p)
+    if problem is not None:
+        raise c.fail(
+            path, problem, "ship only the model and the data: keep them outside TUNEHARNESS_HOME, without keys or .env"
+        )
+
+
+def _contained(c: _Check, rel: str, path: str, base: Path) -> Path:
+    """`rel` against the job file's directory. A relative path may not climb out of it (`..`):
+    a path from elsewhere is written absolute, on purpose."""
+    if "\0" in rel:
+        raise c.fail(path, "holds a NUL character", "write a plain path")
+    if Path(rel).is_absolute():
+        return Path(rel)
+    if os.path.normpath(rel).split(os.sep)[0] == os.pardir:
+        raise c.fail(
+            path,
+            f"{rel!r} leaves the job file's directory",
+            "keep the file under the job file's directory, or write its absolute path on purpose",
+        )
+    return base / rel
+
+
+def _plain(c: _Check, p: Path, path: str) -> None:
+    """What is shipped or read is a regular file or a directory, never a FIFO, device or socket
+    (reading one would hang or never end)."""
+    try:
+        mode = p.stat().st_mode
+    except OSError as exc:
+        raise c.fail(path, f"{p} cannot be read ({exc.strerror})", "point it at a readable file") from None
+    if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+        raise c.fail(path, f"{p} is not a regular file or directory", "point it at a file or a directory")
 
 
 def _predictor(c: _Check, value: Any, path: str, base: Path, *, check_files: bool) -> str:
@@ -617,18 +786,56 @@ def spec_from_dict(d: Mapping[str, Any]) -> JobSpec:
 def load_job_file(path: str | Path) -> JobSpec:
     """Read and validate a job file; paths inside it are relative to its directory."""
     p = Path(path)
+    return parse_job_text(_read_job_text(p), source=str(p), base_dir=p.parent)
+
+
+# A job file is a page of YAML; anything bigger is not one.
+MAX_JOB_FILE_BYTES = 1 << 20
+
+
+def _read_job_text(p: Path) -> str:
+    """The job file's text: a regular file (a FIFO or a device would block or never end), at most
+    MAX_JOB_FILE_BYTES, UTF-8."""
+
+    def refuse(problem: str, fix: str = "pass a job file (YAML text)") -> JobFileError:
+        return JobFileError(str(p), None, "(file)", problem, fix)
+
     try:
-        text = p.read_text(encoding="utf-8")
+        # O_NONBLOCK: opening a FIFO with no writer returns at once instead of waiting for one.
+        fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except OSError as exc:
+        raise refuse(f"cannot be read ({exc.strerror})", "pass an existing job file") from None
+    try:
+        mode = os.fstat(fd).st_mode
+        if stat.S_ISDIR(mode):
+            raise refuse("is a directory", "pass the job file inside it")
+        if not stat.S_ISREG(mode):
+            raise refuse("is not a regular file (a FIFO, device or socket)")
+        data = b""
+        while len(data) <= MAX_JOB_FILE_BYTES:
+            chunk = os.read(fd, 1 << 16)
+            if not chunk:
+                break
+            data += chunk
+    except OSError as exc:
+        raise refuse(f"cannot be read ({exc.strerror})", "pass an existing job file") from None
+    finally:
+        os.close(fd)
+    if len(data) > MAX_JOB_FILE_BYTES:
+        raise refuse(f"is larger than {MAX_JOB_FILE_BYTES >> 10} KiB", "a job file is a page of YAML")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data[: exc.start].count(b"\n") + 1
         raise JobFileError(
-            str(p), None, "(file)", f"cannot be read ({exc.strerror})", "pass an existing job file"
+            str(p), line, "(file)", "not UTF-8 text (a binary file?)", "pass the job file, saved as UTF-8"
         ) from None
-    return parse_job_text(text, source=str(p), base_dir=p.parent)
 
 
 # -- the job table ----------------------------------------------------------------------------
 class JobRow(SQLModel, table=True):
     __tablename__ = "jobs"
+    __table_args__ = (money_check("jobs", "budget_usd"),)
 
     job_id: str = Field(primary_key=True)
     name: str
@@ -686,6 +893,8 @@ class JobStore:
     def add(self, spec: JobSpec, *, now: float | None = None, job_id: str | None = None) -> str:
         now = time.time() if now is None else now
         jid = job_id or f"job-{time.strftime('%Y%m%d', time.gmtime(now))}-{uuid.uuid4().hex[:8]}"
+        if spec.budget_usd is not None and range_problem(spec.budget_usd, minimum=0, maximum=MAX_USD) is not None:
+            raise ValueError(f"job {jid}: budget_usd must be a finite amount, got {spec.budget_usd!r}")
         with write_transaction(self._engine, lock="tuneharness.jobs") as conn:
             conn.execute(
                 _T.insert().values(

@@ -22,8 +22,9 @@ from sqlalchemy import Connection, Engine, select, text
 from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlmodel import Field, SQLModel
 
-from app.db import advisory_key, is_postgres, read_connection, write_transaction
+from app.db import advisory_key, is_postgres, money_check, read_connection, write_transaction
 from app.errors import LedgerAppendOnly, UserError
+from app.numbers import is_finite_number
 
 __all__ = ["GENESIS_HASH", "Event", "Ledger", "LedgerEvent", "LedgerRow", "VerifyReport", "parse_anchor", "row_hash"]
 
@@ -35,6 +36,7 @@ class LedgerEvent(SQLModel, table=True):
     """One row of the ledger. Never updated, never deleted."""
 
     __tablename__ = "ledger_events"
+    __table_args__ = (money_check("ledger_events", "amount_usd"), money_check("ledger_events", "rate_usd_per_hour"))
 
     seq: int = Field(primary_key=True, sa_column_kwargs={"autoincrement": False})
     at: str = Field(index=True)
@@ -209,6 +211,10 @@ class Ledger:
         if is_postgres(self.engine):
             # Re-entrant: a no-op when this transaction already holds the ledger lock.
             conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": advisory_key(LEDGER_LOCK)})
+        for name, value in (("amount_usd", event.amount_usd), ("rate_usd_per_hour", event.rate_usd_per_hour)):
+            # SQLite stores NaN as NULL (an amount that silently vanishes): refuse it here.
+            if value is not None and not is_finite_number(value):
+                raise ValueError(f"ledger event {event.kind}: {name} must be a finite number, got {value!r}")
         key = event.idempotency_key or f"auto:{uuid.uuid4()}"
         existing = conn.execute(select(_TABLE).where(_TABLE.c.idempotency_key == key)).first()
         if existing is not None:

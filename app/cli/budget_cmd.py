@@ -23,9 +23,13 @@ def set_cap(
     """
     from app import bootstrap
     from app.errors import UserError
+    from app.numbers import MAX_USD, finite
 
     if (cap_usd is None) == (cap_gpu_minutes is None):
         raise UserError("give exactly one of --cap-usd N or --cap-gpu-minutes N")
+    # Checked before the database is opened: `nan`, `inf` and `1e309` parse as floats.
+    option = "--cap-usd" if cap_usd is not None else "--cap-gpu-minutes"
+    finite(cap_usd if cap_usd is not None else cap_gpu_minutes, option, minimum=0, maximum=MAX_USD)
     if cap_gpu_minutes is not None:
         bootstrap.budget().set_cap(name, cap_gpu_minutes, unit="gpu_minutes")
         typer.echo(f"budget {name}: cap {cap_gpu_minutes:.0f} GPU minutes")

@@ -124,7 +124,9 @@ def run(
 ) -> None:
     """Evaluate candidates (one per seed), baseline and incumbent into a trial, then judge it."""
     from app import bootstrap
+    from app.numbers import MAX_HOURS, finite
 
+    finite(timeout_s, "--timeout-s", minimum=1, maximum=MAX_HOURS * 3600)
     notifier = bootstrap.notifier()
     judgement = bootstrap.gate(notify=notifier).run(
         out,

@@ -51,14 +51,17 @@ def _print_result(res: dict[str, Any], *, as_json: bool) -> None:
     if as_json:
         typer.echo(json.dumps(res, ensure_ascii=False))
         return
+    from app.safetext import printable
+
+    # Evidence is the log's own text: a log may carry escape sequences a terminal would obey.
     flag = "  (needs operator)" if res.get("needs_operator") else ""
-    typer.echo(f"{res['state']}  [{res['stage']}, confidence {res['confidence']:.2f}]{flag}")
-    typer.echo(f"  action: {res['action']}")
+    typer.echo(printable(f"{res['state']}  [{res['stage']}, confidence {res['confidence']:.2f}]{flag}"))
+    typer.echo(printable(f"  action: {res['action']}"))
     for ev in res["evidence"]:
         if ev:
-            typer.echo(f"  evidence: {ev}")
+            typer.echo(printable(f"  evidence: {ev}"))
     for note in res.get("notes", []):
-        typer.echo(f"  note: {note}")
+        typer.echo(printable(f"  note: {note}"))
 
 
 @app.callback()
@@ -79,10 +82,19 @@ def triage(
     if jsonl is None:
         typer.echo(ctx.get_help())
         raise typer.Exit(0)
+    import stat
+
+    from app.numbers import is_finite_number
+    from app.safetext import printable
     from app.triage.chain import TriageInput
 
     rows: list[TriageInput] = []
     try:
+        if str(jsonl) != "-":
+            # A file or a stream (a pipe, `<(cmd)`); a device such as /dev/zero never ends a line.
+            mode = jsonl.stat().st_mode
+            if not (stat.S_ISREG(mode) or stat.S_ISFIFO(mode)):
+                raise UserError(f"{printable(str(jsonl))} is not a JSONL file or a pipe. Fix: pass a JSONL file")
         fh = sys.stdin if str(jsonl) == "-" else jsonl.open(encoding="utf-8", errors="replace")
     except OSError as exc:
         raise UserError(f"cannot read {jsonl}: {exc.strerror}. Fix: pass an existing JSONL file") from None
@@ -99,8 +111,8 @@ def triage(
                     f'{jsonl}:{lineno}: a row is an object with a string \'log\'. Fix: {{"id": ..., "log": ...}}'
                 )
             idle = obj.get("idle_seconds")
-            if idle is not None and (isinstance(idle, bool) or not isinstance(idle, int | float)):
-                raise UserError(f"{jsonl}:{lineno}: idle_seconds must be a number")
+            if idle is not None and not (is_finite_number(idle) and idle >= 0):
+                raise UserError(f"{jsonl}:{lineno}: idle_seconds must be a finite number >= 0. Fix: e.g. 120")
             rows.append(
                 TriageInput(
                     str(obj.get("id", lineno)),
@@ -138,17 +150,34 @@ def triage_file(
     no_llm: Annotated[bool, typer.Option("--no-llm", help="Never call the escalation LLM.")] = False,
 ) -> None:
     """One verdict for one log file."""
+    import stat
     import time
 
+    from app.safetext import printable
     from app.triage.rules import read_tail_bytes
 
+    name = printable(str(file))
     try:
+        # stat first: opening a FIFO waits for a writer and a device may never end; the tail of
+        # a regular file is what triage reads (a stream goes through --jsonl).
+        mode = file.stat().st_mode
+        if stat.S_ISDIR(mode):
+            raise UserError(f"{name} is a directory. Fix: pass the train.log file")
+        if not stat.S_ISREG(mode):
+            raise UserError(
+                f"{name} is not a regular file (a FIFO, device or socket). "
+                "Fix: pass the train.log file, or stream rows with --jsonl -"
+            )
         tail = read_tail_bytes(file, max_bytes=tail_kb * 1024)
         mtime = file.stat().st_mtime
     except IsADirectoryError:
-        raise UserError(f"{file} is a directory. Fix: pass the train.log file") from None
+        raise UserError(f"{name} is a directory. Fix: pass the train.log file") from None
     except OSError as exc:
-        raise UserError(f"cannot read {file}: {exc.strerror}. Fix: pass an existing log file") from None
+        raise UserError(f"cannot read {name}: {exc.strerror}. Fix: pass an existing log file") from None
+    if idle_seconds is not None:
+        from app.numbers import finite
+
+        finite(idle_seconds, "--idle-seconds", minimum=0, maximum=10**9)
     if idle_seconds is None and idle_from_mtime:
         idle_seconds = max(0.0, time.time() - mtime)
     result = _chain(specialist=not no_specialist, llm=not no_llm).triage(tail, idle_seconds=idle_seconds, id=str(file))
