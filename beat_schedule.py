@@ -48,6 +48,16 @@ BEAT_SCHEDULE: dict[str, dict[str, Any]] = {
         "schedule": 60.0,
         "options": {"queue": "maintenance", "expires": 55},
     },
+    "price-increases": {
+        "task": "tuneharness.maintenance.answer_price_increases",
+        "schedule": FIVE_MINUTES_S,
+        "options": {"queue": "maintenance", "expires": FIVE_MINUTES_S - 5},
+    },
+    "redrive": {
+        "task": "tuneharness.maintenance.redrive",
+        "schedule": FIVE_MINUTES_S,
+        "options": {"queue": "maintenance", "expires": FIVE_MINUTES_S - 5},
+    },
     "budget-monitor": {
         "task": "tuneharness.maintenance.budget_monitor",
         "schedule": 60.0,

@@ -60,6 +60,9 @@ ALERT_KINDS: frozenset[str] = frozenset(
         "orphan_stopped",
         "gate_refused",
         "beat_overdue",
+        "sweep_failed",
+        "price_increase",
+        "task_poisoned",
     }
 )
 AlertFormat = Literal["slack", "discord", "telegram", "json"]

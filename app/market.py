@@ -17,6 +17,7 @@ __all__ = [
     "INSTANCE_STATES",
     "OFFER_FIELDS",
     "AuthFailed",
+    "CreateUnconfirmed",
     "Instance",
     "InstanceState",
     "LaunchSpec",
@@ -25,6 +26,7 @@ __all__ = [
     "Offer",
     "OfferGone",
     "OfferQuery",
+    "PriceIncrease",
     "ProviderBusy",
     "ProviderError",
     "QuotaExhausted",
@@ -80,6 +82,8 @@ class Instance:
     dph_total: float | None
     started_at: float | None  # epoch seconds
     raw: Mapping[str, Any] = field(default_factory=dict, compare=False, hash=False, repr=False)
+    # A second way in (Vast's SSH proxy beside the direct port): tried when `ssh` refuses or times out.
+    ssh_fallback: SSHEndpoint | None = None
 
     @classmethod
     def gone(cls, provider: str, instance_id: str) -> Instance:
@@ -108,6 +112,24 @@ class OfferQuery:
     max_dph: float | None = None
     disk_gb: float = 0.0
     limit: int = 64
+    datacenter_only: bool = False  # Vast's datacenter hosts, RunPod's secure cloud
+
+
+@dataclass(frozen=True, slots=True)
+class PriceIncrease:
+    """A host's pending price increase on one of our instances, awaiting our answer.
+
+    Prices are all-in $/h (GPU + storage, as the vendor's per-second rates say); None when the
+    vendor's record does not tell.
+    """
+
+    provider: str
+    increase_id: str
+    instance_id: str
+    old_dph_total: float | None
+    new_dph_total: float | None
+    starts_at: float | None  # epoch seconds: when the new price would apply
+    raw: Mapping[str, Any] = field(default_factory=dict, compare=False, hash=False, repr=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,6 +172,14 @@ class Market(Protocol):
         """Destroy; an instance that is already gone is not an error."""
         ...
 
+    def pending_price_increases(self) -> list[PriceIncrease]:
+        """Price increases hosts asked of our instances; `[]` at a vendor that has none."""
+        ...
+
+    def answer_price_increase(self, increase: PriceIncrease, *, accept: bool) -> bool:
+        """Accept or reject one; False when it was no longer pending (answered or withdrawn)."""
+        ...
+
 
 class MarketError(TuneharnessError):
     """Root of every error a Market adapter raises."""
@@ -162,6 +192,12 @@ class MarketError(TuneharnessError):
 
 class ProviderBusy(MarketError):
     """429 or 5xx: transient. Adapters retry with jittered backoff before raising this."""
+
+
+class CreateUnconfirmed(ProviderBusy):
+    """A create was sent but its answer never came back whole (a read timeout, a dropped
+    connection, a 5xx other than 503): the vendor may have rented the instance. Not a refusal: the
+    rental keeps its intent and its reservation, and the instance is looked for by its label."""
 
 
 class OfferGone(MarketError):

@@ -83,7 +83,10 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     Setting("RUNPOD_API_KEY", "unset", "RunPod API key (runpod.io, Settings > API Keys)", "Marketplaces", secret=True),
     Setting(
-        "RUNPOD_API_URL", "`https://api.runpod.io/graphql`", "RunPod API URL (a fake's URL in tests)", "Marketplaces"
+        "RUNPOD_API_URL",
+        "`https://api.runpod.io/v2`",
+        "RunPod REST API v2 base URL (a fake's URL in tests); the retired GraphQL URL is refused",
+        "Marketplaces",
     ),
     Setting(
         "TUNEHARNESS_PROVIDERS",
@@ -129,9 +132,22 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     Setting("TUNEHARNESS_SLICE_STEPS", "unset", "also cap each slice at this many steps", "Supervisor and guardrails"),
     Setting(
+        "TUNEHARNESS_HF_ENDPOINT",
+        "`https://huggingface.co`",
+        "the Hugging Face Hub a host fetches a job's public model from (`base_model: {hf, revision}`); no token",
+        "Supervisor and guardrails",
+    ),
+    Setting(
         "TUNEHARNESS_IDLE_GRACE_S",
         "`1800`",
         "the idle watchdog stops a host whose GPU stayed below 5% this long",
+        "Supervisor and guardrails",
+    ),
+    Setting(
+        "TUNEHARNESS_BUDGET_CHECKPOINT_WAIT_S",
+        "`900`",
+        "at a budget cap, the stop of a host holding work waits for its newest checkpoint at most this "
+        "long, then stops the host anyway",
         "Supervisor and guardrails",
     ),
     Setting(
@@ -197,6 +213,19 @@ SETTINGS: tuple[Setting, ...] = (
         "Simulated marketplace",
     ),
     Setting(
+        "TUNEHARNESS_SIM_CACHE",
+        "`~/.cache/tuneharness-sim`",
+        "where the simulator builds, once, the bare image's Python and the wheelhouse of the trainer's stack",
+        "Simulated marketplace",
+    ),
+    Setting(
+        "TUNEHARNESS_BOOTSTRAP",
+        "`1`",
+        "`1` runs `python -m trainer bootstrap` on each new host before its preflight (installs what the "
+        "image lacks of the trainer's stack); `0` skips it (an image that holds the stack)",
+        "Supervisor and guardrails",
+    ),
+    Setting(
         "TUNEHARNESS_ROLE",
         "unset",
         "`serving` marks a serving box: the trainer refuses to run",
@@ -206,6 +235,18 @@ SETTINGS: tuple[Setting, ...] = (
         "TUNEHARNESS_SERVING_MARKER",
         "unset",
         "one more marker-file path that marks a serving box (beside `/etc/tuneharness/serving`)",
+        "On the rented host (trainer)",
+    ),
+    Setting(
+        "TUNEHARNESS_STACK_CACHE",
+        "`~/.cache/tuneharness`",
+        "where the bootstrap keeps the stack it installed (`stack-<key>`) and the `active` pointer",
+        "On the rented host (trainer)",
+    ),
+    Setting(
+        "TUNEHARNESS_WHEELHOUSE",
+        "unset (the package index)",
+        "a directory of wheels the bootstrap installs from alone (`pip --no-index --find-links`)",
         "On the rented host (trainer)",
     ),
 )

@@ -4,9 +4,12 @@ and the translation of failed responses into `app.market` errors.
 An adapter hands every response to its own `translate` function, which returns `None` (success)
 or a `Failure` naming the error class and the vendor's message. `ProviderBusy` failures (429,
 502, 503, 504, unreachable) are retried here with full-jitter exponential backoff, a bounded
-number of times; everything else is raised at once. A call that is not idempotent (a create)
+number of times, never sooner than a `Retry-After` the vendor asked for; everything else is
+raised at once. A call that is not idempotent (a create)
 is retried only when the vendor cannot have acted on it (429, 503, connection refused): after a
-502, 504 or a read timeout the instance may exist, and the reconciler finds it by its label.
+read timeout, a dropped connection or another 5xx the instance may exist, and the call raises
+`CreateUnconfirmed` (never a plain refusal) so the caller keeps its intent and looks for the
+instance by its label.
 
 The API key never leaves this module: it is sent only as a Bearer header, kept out of `repr`,
 and scrubbed from every message. Vendor exceptions are raised `from None`, so no httpx request
@@ -29,7 +32,7 @@ from typing import Any
 import httpx
 
 from app.errors import SettingsError
-from app.market import MarketError, ProviderBusy
+from app.market import CreateUnconfirmed, MarketError, ProviderBusy
 
 __all__ = [
     "RETRYABLE_STATUS",
@@ -89,6 +92,9 @@ class RetryPolicy:
     base_s: float = 0.5
     cap_s: float = 8.0
     timeout_s: float = 30.0
+    # All tries of one call end within this (plus the last try's own timeout), so the retries of a
+    # vendor call always fit inside the task that makes it (the provision task's 120 s soft limit).
+    budget_s: float = 60.0
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> RetryPolicy:
@@ -125,6 +131,7 @@ class Failure:
 
     error: type[MarketError]
     message: str
+    retry_after_s: float | None = None  # the vendor's Retry-After: wait at least this before the next try
 
 
 Translate = Callable[[httpx.Response], Failure | None]
@@ -146,8 +153,10 @@ class VendorClient:
         retry: RetryPolicy | None = None,
         sleep: Callable[[float], None] = time.sleep,
         jitter: Callable[[], float] = _jitter,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self.provider = provider
+        self._monotonic = monotonic
         self.base_url = base_url.rstrip("/")
         self.retry = retry or RetryPolicy()
         self._key = api_key
@@ -188,6 +197,7 @@ class VendorClient:
         Raises the `MarketError` subclass `translate` chose, with the vendor's (redacted) message.
         """
         attempts = self.retry.attempts
+        started = self._monotonic()
         for attempt in range(attempts):
             status: int | None = None
             try:
@@ -208,18 +218,29 @@ class VendorClient:
                     return response
                 failure = judged
                 may_retry = failure.error is ProviderBusy and (idempotent or status in _NOT_ACTED_STATUS)
-            last = attempt == attempts - 1
+            delay = (
+                0.0
+                if _testing
+                else max(
+                    backoff_s(attempt=attempt, base_s=self.retry.base_s, cap_s=self.retry.cap_s, jitter=self._jitter()),
+                    failure.retry_after_s or 0.0,
+                )
+            )
+            out_of_time = self._monotonic() - started + delay >= self.retry.budget_s
+            last = attempt == attempts - 1 or out_of_time
+            if not idempotent and failure.error is ProviderBusy and not may_retry:
+                # sent, and maybe acted on: not a refusal (a create must not be abandoned and sent again)
+                raise CreateUnconfirmed(
+                    self.redact(failure.message) + " (the vendor may have acted on it)",
+                    provider=self.provider,
+                    status_code=status,
+                ) from None
             if failure.error is not ProviderBusy or not may_retry or last:
                 message = self.redact(failure.message)
                 if failure.error is ProviderBusy:
                     tries = f"{attempt + 1} {'try' if attempt == 0 else 'tries'}"
                     message += f" (gave up after {tries}; wait and run it again)"
                 raise failure.error(message, provider=self.provider, status_code=status) from None
-            delay = (
-                0.0
-                if _testing
-                else backoff_s(attempt=attempt, base_s=self.retry.base_s, cap_s=self.retry.cap_s, jitter=self._jitter())
-            )
             log.warning(
                 "%s %s %s: %s; retry %d of %d in %.2fs",
                 self.provider,

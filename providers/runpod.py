@@ -1,29 +1,35 @@
-"""RunPod adapter: the GraphQL API, spoken with httpx and `variables` (no vendor SDK).
+"""RunPod adapter: the REST API v2 (`https://api.runpod.io/v2`), spoken with httpx (no vendor SDK).
 
-Quirks handled here (see ../shared/reference/providers.md):
-- errors come back as HTTP 200 with `{"errors": [{"message": ...}]}`;
-- a pod is ready only when `runtime` is non-null AND lists a public 22/tcp port: until then it is
-  `loading`, whatever `desiredStatus` (intent, not readiness) says;
+Quirks handled here (see ../shared/reference/providers-2026.md):
+- Bearer auth only; errors are RFC 9457 problem+json (`title`, `status`, `detail`, `errors`):
+  400 is a cross-field rule OR no capacity (only `detail` tells), 402 no balance, 401/403 a
+  refused key, 404 an unknown pod, 409 an action not allowed in the pod's status, 422 a body the
+  schema refuses (never retried), 429 with `Retry-After`, 5xx transient;
+- a pod has SSH only when created with `ports: ["22/tcp"]`, and is ready only when RUNNING with
+  `ssh.direct` (or a public 22/tcp in `runtime.ports`): until then it is `loading`. The proxy
+  (`ssh.runpod.io`) is shell only, no SFTP, so it is not an endpoint the harness can use;
 - GPU prices are per GPU per hour: an offer's `dph_total` is the price times its GPU count;
-- the capacity error ("There are no longer any instances available ...") means the offer is gone;
-- pods carry our label in their `name`; `desiredStatus` RUNNING / EXITED / TERMINATED map to
-  running-or-loading / stopped / gone.
+- pods carry our label in their `name`; `status` is observed state, not intent. The pod has no
+  machine id: `Instance.machine_id` is None.
 
-RunPod sells GPU types, not machines: an offer is (GPU type, count) in the community cloud, its
-`offer_id` is the GPU type id and `machine_id` is None (the vendor shows the machine only after
-create). RunPod has no onstart hook: `LaunchSpec.onstart` travels as the env variable
-TUNEHARNESS_ONSTART and the harness runs it over SSH; the SSH key travels as PUBLIC_KEY, which
-RunPod's images install for root.
+RunPod sells GPU types, not machines: an offer is (GPU type, count) in one cloud, its `offer_id`
+is the GPU type id and its `raw["cloud"]` the cloud it was found in (COMMUNITY, or SECURE for
+`OfferQuery.datacenter_only`); the create rents in that cloud. RunPod has no onstart hook:
+`LaunchSpec.onstart` travels as the env variable TUNEHARNESS_ONSTART and the harness runs it over
+SSH; the SSH key travels as PUBLIC_KEY, which RunPod's images install for root.
 """
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Mapping
+from datetime import datetime
 from typing import Any
 
 import httpx
 
+from app.errors import SettingsError
 from app.market import (
     AuthFailed,
     Instance,
@@ -32,8 +38,10 @@ from app.market import (
     Offer,
     OfferGone,
     OfferQuery,
+    PriceIncrease,
     ProviderBusy,
     ProviderError,
+    QuotaExhausted,
     SSHEndpoint,
 )
 from providers.http import (
@@ -47,186 +55,226 @@ from providers.http import (
     body_text,
 )
 
-__all__ = ["CAPACITY_ERROR", "DEFAULT_URL", "RunPodMarket", "runpod_instance", "runpod_offer"]
+__all__ = ["CAPACITY_WORDS", "DEFAULT_URL", "RunPodMarket", "runpod_instance", "runpod_offer"]
 
-DEFAULT_URL = "https://api.runpod.io/graphql"
+DEFAULT_URL = "https://api.runpod.io/v2"
 PROVIDER = "runpod"
-CAPACITY_ERROR = "There are no longer any instances available with the requested specifications"
-
-POD_FIELDS = (
-    "id name desiredStatus lastStatusChange costPerHr gpuCount machineId imageName "
-    "runtime { uptimeInSeconds ports { ip isIpPublic privatePort publicPort type } "
-    "gpus { id gpuUtilPercent } }"
+COMMUNITY, SECURE = "COMMUNITY", "SECURE"
+# How a 400 says "no capacity" (RunPod's wording is not documented: GraphQL's phrase and kin).
+CAPACITY_WORDS = (
+    "no longer any instances available",
+    "no instances available",
+    "not enough capacity",
+    "no capacity",
+    "out of capacity",
+    "insufficient capacity",
+    "no gpus available",
 )
-
-Q_GPU_TYPES = (
-    "query GpuTypes($gpuCount: Int!) { gpuTypes { id displayName memoryInGb securePrice "
-    "communityPrice lowestPrice(input: {gpuCount: $gpuCount}) { minimumBidPrice "
-    "uninterruptablePrice stockStatus } } }"
-)
-M_DEPLOY = (
-    "mutation Deploy($input: PodFindAndDeployOnDemandInput!) { podFindAndDeployOnDemand(input: $input) "
-    "{ id desiredStatus machineId machine { podHostId } } }"
-)
-Q_POD = f"query Pod($podId: String!) {{ pod(input: {{podId: $podId}}) {{ {POD_FIELDS} }} }}"
-Q_PODS = f"query Pods {{ myself {{ pods {{ {POD_FIELDS} }} }} }}"
-M_STOP = "mutation Stop($podId: String!) { podStop(input: {podId: $podId}) { id desiredStatus } }"
-M_RESUME = (
-    "mutation Resume($podId: String!, $gpuCount: Int!) "
-    "{ podResume(input: {podId: $podId, gpuCount: $gpuCount}) { id desiredStatus } }"
-)
-M_TERMINATE = "mutation Terminate($podId: String!) { podTerminate(input: {podId: $podId}) }"
-
-_GONE_WORDS = ("not found", "does not exist", "no pod")
+_RETRY_AFTER_CAP_S = 60.0
 
 
 def _float(value: Any) -> float | None:
     if value is None or isinstance(value, bool):
         return None
     try:
-        return float(value)
-    except (TypeError, ValueError):
+        number = float(value)
+    except (TypeError, ValueError, OverflowError):
         return None
+    return number if math.isfinite(number) else None  # a vendor's NaN or infinity is no number
 
 
-def runpod_offer(rec: Mapping[str, Any], *, gpu_count: int) -> Offer | None:
-    """A `gpuTypes` record as a community-cloud Offer for `gpu_count` GPUs; None when unrentable."""
-    per_gpu = _float(rec.get("communityPrice"))
-    lowest = rec.get("lowestPrice") if isinstance(rec.get("lowestPrice"), Mapping) else {}
-    if per_gpu is None or per_gpu <= 0 or not (lowest or {}).get("stockStatus"):
+def _cloud_key(cloud: str) -> str:
+    return "secure" if cloud == SECURE else "community"
+
+
+def runpod_offer(rec: Mapping[str, Any], *, gpu_count: int, cloud: str = COMMUNITY) -> Offer | None:
+    """A catalog GpuType as an Offer for `gpu_count` GPUs in `cloud`; None when not rentable there."""
+    key = _cloud_key(cloud)
+    prices = rec.get("price") if isinstance(rec.get("price"), Mapping) else {}
+    per_gpu = _float((prices or {}).get(key))
+    max_count = rec.get("maxCount") if isinstance(rec.get("maxCount"), Mapping) else {}
+    most = (max_count or {}).get(key)
+    if (
+        per_gpu is None
+        or per_gpu <= 0
+        or rec.get(key) is False
+        or str(rec.get("availability") or "NONE").upper() == "NONE"
+        or (isinstance(most, int) and not isinstance(most, bool) and most < gpu_count)
+    ):
         return None
+    cudas = [
+        str(c["version"])
+        for c in rec.get("cudaVersions") or []
+        if isinstance(c, Mapping) and c.get("available") and c.get("version") is not None
+    ]
     return Offer(
         provider=PROVIDER,
         offer_id=str(rec["id"]),
         machine_id=None,
-        gpu_name=str(rec.get("displayName") or rec["id"]),
+        gpu_name=str(rec.get("name") or rec["id"]),
         num_gpus=gpu_count,
-        gpu_ram_gb=_float(rec.get("memoryInGb")) or 0.0,
+        gpu_ram_gb=_float(rec.get("memory")) or 0.0,
         dph_total=round(per_gpu * gpu_count, 6),  # prices are per GPU
         storage_per_gb_month=None,  # not in the API: unknown, flagged by the pricing
         inet_down_per_gb=None,
         inet_down_mbps=None,
         reliability=None,
-        cuda_max=None,
-        raw=dict(rec),
+        cuda_max=max(cudas, key=_version) if cudas else None,
+        raw={**rec, "cloud": cloud},
     )
 
 
-def _public_ssh(runtime: Mapping[str, Any] | None) -> SSHEndpoint | None:
-    if not runtime:
-        return None
-    for port in runtime.get("ports") or []:
+def _version(text: str) -> tuple[int, ...]:
+    return tuple(int(p) if p.isdigit() else 0 for p in text.split("."))
+
+
+def _direct_ssh(rec: Mapping[str, Any]) -> SSHEndpoint | None:
+    """`ssh.direct`, else the public 22/tcp of `runtime.ports` (the same door, older field)."""
+    ssh = rec.get("ssh") if isinstance(rec.get("ssh"), Mapping) else None
+    direct = (ssh or {}).get("direct")
+    if isinstance(direct, Mapping) and direct.get("host") and direct.get("port") is not None:
+        try:
+            return SSHEndpoint(
+                host=str(direct["host"]), port=int(direct["port"]), user=str(direct.get("username") or "root")
+            )
+        except (TypeError, ValueError):
+            pass
+    runtime = rec.get("runtime") if isinstance(rec.get("runtime"), Mapping) else None
+    for port in (runtime or {}).get("ports") or []:
         if (
             isinstance(port, Mapping)
-            and port.get("privatePort") == 22
-            and port.get("isIpPublic")
+            and port.get("private") == 22
             and str(port.get("type") or "tcp").lower() == "tcp"
             and port.get("ip")
-            and port.get("publicPort") is not None
+            and port.get("public") is not None
         ):
             try:
-                return SSHEndpoint(host=str(port["ip"]), port=int(port["publicPort"]))
+                return SSHEndpoint(host=str(port["ip"]), port=int(port["public"]))
             except (TypeError, ValueError):
                 continue
     return None
 
 
-def _state(desired: Any, ssh: SSHEndpoint | None) -> InstanceState:
-    if desired == "RUNNING":
+def _state(status: Any, ssh: SSHEndpoint | None) -> InstanceState:
+    if status == "RUNNING":
         return "running" if ssh is not None else "loading"
-    if desired == "EXITED":
-        return "stopped"
-    if desired == "TERMINATED":
-        return "gone"
-    if desired == "CREATED":
+    if status == "PROVISIONING":
         return "pending"
-    if desired == "DEAD":
+    if status == "STARTING":
+        return "loading"
+    if status == "EXITED":
+        return "stopped"
+    if status == "ERROR":
         return "exited"
+    if status == "TERMINATED":
+        return "gone"
     return "unknown"
 
 
+def _epoch(value: Any) -> float | None:
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
 def runpod_instance(rec: Mapping[str, Any] | None, instance_id: str, *, now: float | None = None) -> Instance:
-    """A `pod` record as an Instance; `None` (RunPod's answer for an unknown pod) reads as gone."""
+    """A v2 Pod as an Instance; `None` (a 404) reads as gone."""
     if rec is None:
         return Instance.gone(PROVIDER, instance_id)
+    ssh = _direct_ssh(rec)
+    status = rec.get("status")
+    state = _state(status, ssh)
     runtime = rec.get("runtime") if isinstance(rec.get("runtime"), Mapping) else None
-    ssh = _public_ssh(runtime)
-    state = _state(rec.get("desiredStatus"), ssh)
     utils = [
         u
-        for u in (_float(g.get("gpuUtilPercent")) for g in (runtime or {}).get("gpus") or [] if isinstance(g, Mapping))
+        for u in (_float(g.get("util")) for g in (runtime or {}).get("gpus") or [] if isinstance(g, Mapping))
         if u is not None
     ]
-    uptime = _float((runtime or {}).get("uptimeInSeconds"))
-    status = rec.get("lastStatusChange")
+    started = _epoch(rec.get("startedAt"))
+    uptime = _float((runtime or {}).get("uptime"))
+    if started is None and uptime is not None:
+        started = (time.time() if now is None else now) - uptime
     return Instance(
         provider=PROVIDER,
         instance_id=str(rec.get("id") or instance_id),
-        machine_id=None if rec.get("machineId") in (None, "") else str(rec["machineId"]),
+        machine_id=None,  # v2 pods do not say which machine they run on
         label=None if rec.get("name") in (None, "") else str(rec["name"]),
         state=state,
         status_line=None if status is None else str(status),
         ssh=ssh if state == "running" else None,
         gpu_util=sum(utils) / len(utils) if utils else None,
-        dph_total=_float(rec.get("costPerHr")),
-        started_at=None if uptime is None else (time.time() if now is None else now) - uptime,
+        dph_total=_float(rec.get("cost")),
+        started_at=started,
         raw=dict(rec),
     )
 
 
-def _messages(data: Any) -> list[str]:
-    errors = data.get("errors") if isinstance(data, dict) else None
-    if not errors:
-        return []
-    if not isinstance(errors, list):
-        return [str(errors)]
-    return [str(e.get("message") if isinstance(e, Mapping) else e) for e in errors]
+def _problem(response: httpx.Response) -> str:
+    """The vendor's words from a problem+json body (detail and the schema's errors), or the text."""
+    data = body_json(response)
+    if isinstance(data, dict):
+        parts = [str(data.get("detail") or data.get("title") or data.get("message") or "")]
+        errors = data.get("errors")
+        if isinstance(errors, list) and errors:
+            parts.append("; ".join(str(e) for e in errors))
+        words = " ".join(p for p in parts if p)
+        if words:
+            return words
+    return body_text(response).strip() or f"HTTP {response.status_code}"
+
+
+def _retry_after_s(response: httpx.Response) -> float | None:
+    value = _float(response.headers.get("Retry-After"))
+    return None if value is None or value < 0 else min(value, _RETRY_AFTER_CAP_S)
 
 
 def _judge(response: httpx.Response) -> Failure | None:
-    """RunPod's answer: success, or which of our errors it is (errors hide inside HTTP 200)."""
+    """RunPod's answer: success, or which of our errors it is."""
     status = response.status_code
-    data = body_json(response)
-    messages = _messages(data)
-    vendor = "; ".join(messages) or body_text(response).strip() or f"HTTP {status}"
-    low = vendor.lower()
-    if status in (401, 403) or (
-        messages and any(w in low for w in ("unauthorized", "unauthenticated", "invalid api key"))
-    ):
-        return Failure(AuthFailed, f"the API key was refused ({vendor}). Fix: check RUNPOD_API_KEY")
-    if status in RETRYABLE_STATUS or (messages and ("rate limit" in low or "too many requests" in low)):
-        return Failure(ProviderBusy, f"busy (HTTP {status}: {vendor})")
-    if status != 200:
-        return Failure(ProviderError, f"HTTP {status}: {vendor}")
-    if not isinstance(data, dict):
-        return Failure(ProviderError, f"answered something that is not a GraphQL response: {vendor}")
-    if messages:
-        if CAPACITY_ERROR.lower() in low or "no longer any instances available" in low:
-            return Failure(OfferGone, f"no capacity left for this offer ({vendor}); pick the next one")
-        return Failure(ProviderError, vendor)
-    return None
-
-
-def _judge_gone_ok(response: httpx.Response) -> Failure | None:
-    """For terminate: a pod RunPod no longer knows is already what we wanted."""
-    failure = _judge(response)
-    if (
-        failure is not None
-        and failure.error is ProviderError
-        and any(w in failure.message.lower() for w in _GONE_WORDS)
-    ):
+    if 200 <= status < 300:
         return None
-    return failure
+    vendor = _problem(response)
+    low = vendor.lower()
+    if status in (401, 403):
+        return Failure(AuthFailed, f"the API key was refused (HTTP {status}: {vendor}). Fix: check RUNPOD_API_KEY")
+    if status == 402:
+        return Failure(
+            QuotaExhausted, f"the account has no balance left (HTTP 402: {vendor}). Fix: add funds at runpod.io"
+        )
+    if status in RETRYABLE_STATUS or status >= 500:
+        return Failure(ProviderBusy, f"busy (HTTP {status}: {vendor})", retry_after_s=_retry_after_s(response))
+    if status == 400 and any(w in low for w in CAPACITY_WORDS):
+        return Failure(OfferGone, f"no capacity left for this offer ({vendor}); pick the next one")
+    if status == 410:
+        return Failure(
+            ProviderError,
+            f"this RunPod API is retired (HTTP 410: {vendor}). Fix: unset RUNPOD_API_URL to use {DEFAULT_URL}",
+        )
+    if status == 422:
+        return Failure(ProviderError, f"RunPod refused the request's shape (HTTP 422: {vendor}); not retried")
+    return Failure(ProviderError, f"HTTP {status}: {vendor}")
+
+
+def _judge_allow(*codes: int) -> Translate:
+    """For calls where these statuses are answers the caller reads (404 gone, 409 not allowed now)."""
+
+    def judge(response: httpx.Response) -> Failure | None:
+        return None if response.status_code in codes else _judge(response)
+
+    return judge
 
 
 class RunPodMarket:
-    """The Market port on RunPod's community cloud."""
+    """The Market port on RunPod (community cloud; secure cloud for datacenter-only searches)."""
 
     name = PROVIDER
 
     def __init__(self, *, api_key: str, api_url: str = DEFAULT_URL, retry: RetryPolicy | None = None) -> None:
-        self._url = api_url
-        self._client = VendorClient(provider=PROVIDER, base_url=api_url, api_key=api_key, retry=retry)
+        self._url = api_url.rstrip("/")
+        self._client = VendorClient(provider=PROVIDER, base_url=self._url, api_key=api_key, retry=retry)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> RunPodMarket:
@@ -238,6 +286,10 @@ class RunPodMarket:
             default_url=DEFAULT_URL,
             key_fix="export RUNPOD_API_KEY=<key from runpod.io, Settings > API Keys>",
         )
+        if url.rstrip("/").endswith("/graphql"):
+            raise SettingsError(
+                "RUNPOD_API_URL", f"{url!r} is the retired GraphQL API", f"unset it to use {DEFAULT_URL}"
+            )
         return cls(api_key=key, api_url=url, retry=RetryPolicy.from_env(env))
 
     def __repr__(self) -> str:
@@ -246,39 +298,37 @@ class RunPodMarket:
     def close(self) -> None:
         self._client.close()
 
-    def _graphql(
+    def _call(
         self,
-        query: str,
-        variables: Mapping[str, Any] | None = None,
+        method: str,
+        path: str,
         *,
         translate: Translate = _judge,
+        json: Any = None,
+        params: Mapping[str, str] | None = None,
         idempotent: bool = True,
-    ) -> dict[str, Any]:
+    ) -> tuple[int, Any]:
         response = self._client.request(
-            "POST",
-            self._url,
-            json={"query": query, "variables": dict(variables or {})},
-            translate=translate,
-            idempotent=idempotent,
+            method, path, json=json, params=params, translate=translate, idempotent=idempotent
         )
-        data = body_json(response)
-        payload = data.get("data") if isinstance(data, dict) else None
-        return payload if isinstance(payload, dict) else {}
+        return response.status_code, body_json(response)
 
     # -- offers --------------------------------------------------------------------------------
 
     def search_offers(self, query: OfferQuery) -> list[Offer]:
-        """Community-cloud GPU types in stock, cheapest first, filtered here (RunPod has no filters)."""
-        data = self._graphql(Q_GPU_TYPES, {"gpuCount": query.num_gpus})
-        records = data.get("gpuTypes")
+        """GPU types available in the community cloud (secure when datacenter-only), cheapest first."""
+        cloud = SECURE if query.datacenter_only else COMMUNITY
+        params = {"include": "AVAILABILITY", "product": "POD", "cloud": cloud, "count": str(query.num_gpus)}
+        _, data = self._call("GET", "/catalog/gpus", params=params)
+        records = data.get("gpus") if isinstance(data, dict) else None
         if not isinstance(records, list):
-            raise ProviderError("gpuTypes answered without a list", provider=PROVIDER)
+            raise ProviderError("the GPU catalog answered without a `gpus` list", provider=PROVIDER)
         wanted = {_norm(n) for n in query.gpu_names}
         offers: list[Offer] = []
         for rec in records:
             if not isinstance(rec, Mapping) or rec.get("id") is None:
                 continue
-            offer = runpod_offer(rec, gpu_count=query.num_gpus)
+            offer = runpod_offer(rec, gpu_count=query.num_gpus, cloud=cloud)
             if offer is None:
                 continue
             if wanted and not ({_norm(offer.gpu_name), _norm(offer.offer_id)} & wanted):
@@ -294,63 +344,89 @@ class RunPodMarket:
     # -- lifecycle -----------------------------------------------------------------------------
 
     def create(self, offer: Offer, spec: LaunchSpec) -> str:
-        """Deploy a community pod of the offer's GPU type; OfferGone when capacity ran out."""
-        env = [{"key": k, "value": v} for k, v in spec.env.items()]
+        """Create a pod of the offer's GPU type in the offer's cloud, with 22/tcp exposed for SSH."""
+        env = dict(spec.env)
         if spec.ssh_public_key.strip():
-            env.append({"key": "PUBLIC_KEY", "value": spec.ssh_public_key.strip()})
+            env["PUBLIC_KEY"] = spec.ssh_public_key.strip()
         if spec.onstart:
-            env.append({"key": "TUNEHARNESS_ONSTART", "value": spec.onstart})
-        deploy = {
+            env["TUNEHARNESS_ONSTART"] = spec.onstart
+        cloud = str(offer.raw.get("cloud") or COMMUNITY).upper()
+        body: dict[str, Any] = {
             "name": spec.label,
-            "imageName": spec.image,
-            "cloudType": "COMMUNITY",
-            "gpuTypeId": offer.offer_id,
-            "gpuCount": offer.num_gpus,
-            "containerDiskInGb": round(spec.disk_gb),
-            "volumeInGb": 0,
-            "ports": "22/tcp",
+            "image": spec.image,
+            "gpu": {"id": offer.offer_id, "count": offer.num_gpus},
+            "cloud": SECURE if cloud == SECURE else COMMUNITY,
+            "disk": max(1, round(spec.disk_gb)),
+            "ports": ["22/tcp"],
             "env": env,
-            "supportPublicIp": True,
             "startSsh": True,
         }
-        data = self._graphql(M_DEPLOY, {"input": deploy}, idempotent=False)
-        pod = data.get("podFindAndDeployOnDemand")
-        if not isinstance(pod, Mapping) or not pod.get("id"):
-            raise OfferGone("deploy answered no pod: no capacity for this offer", provider=PROVIDER)
-        return str(pod["id"])
+        _, data = self._call("POST", "/pods", json=body, idempotent=False)
+        if not isinstance(data, Mapping) or not data.get("id"):
+            raise ProviderError(f"create answered no pod id: {data!r:.200}", provider=PROVIDER)
+        return str(data["id"])
 
     def status(self, instance_id: str) -> Instance:
-        data = self._graphql(Q_POD, {"podId": instance_id}, translate=_judge_gone_ok)
-        pod = data.get("pod")
-        return runpod_instance(pod if isinstance(pod, Mapping) else None, instance_id)
+        code, data = self._call("GET", f"/pods/{instance_id}", translate=_judge_allow(404))
+        if code == 404 or not isinstance(data, Mapping):
+            return runpod_instance(None, instance_id)
+        return runpod_instance(data, instance_id)
 
     def list_instances(self, label_prefix: str = "") -> list[Instance]:
         """Every pod whose name starts with `label_prefix` (RunPod answers all pods at once)."""
-        data = self._graphql(Q_PODS)
-        myself = data.get("myself")
-        pods = myself.get("pods") if isinstance(myself, Mapping) else None
+        _, data = self._call("GET", "/pods")
+        pods = data.get("pods") if isinstance(data, dict) else None
         if not isinstance(pods, list):
-            raise ProviderError("myself.pods answered without a list", provider=PROVIDER)
+            raise ProviderError("the pod list answered without a `pods` list", provider=PROVIDER)
         instances = [runpod_instance(p, str(p.get("id"))) for p in pods if isinstance(p, Mapping)]
         return [i for i in instances if (i.label or "").startswith(label_prefix)]
 
+    def _action(self, instance_id: str, action: str, *, done: tuple[InstanceState, ...]) -> None:
+        """POST the action; 409 (not allowed in this status) is fine when the pod is already `done`."""
+        code, _ = self._call(
+            "POST", f"/pods/{instance_id}/action", json={"action": action}, translate=_judge_allow(404, 409)
+        )
+        if code == 404:
+            raise ProviderError(f"no pod {instance_id} (HTTP 404): it is gone", provider=PROVIDER, status_code=404)
+        if code == 409:
+            now = self.status(instance_id)
+            if now.state == "gone":
+                raise ProviderError(f"no pod {instance_id}: it is gone", provider=PROVIDER, status_code=404)
+            if now.state not in done:
+                raise ProviderError(
+                    f"cannot {action} pod {instance_id} while it is {now.status_line} (HTTP 409); "
+                    "wait for it to settle and run it again",
+                    provider=PROVIDER,
+                    status_code=409,
+                )
+
     def stop(self, instance_id: str) -> None:
         """Stop: the container disk is wiped, a volume survives and bills."""
-        data = self._graphql(M_STOP, {"podId": instance_id})
-        if data.get("podStop") is None:
-            raise ProviderError(f"no pod {instance_id}: it is gone", provider=PROVIDER, status_code=404)
+        self._action(instance_id, "stop", done=("stopped", "exited"))
 
     def start(self, instance_id: str) -> None:
-        """Resume with the pod's GPU count (it may land on other hardware)."""
-        current = self.status(instance_id)
-        if current.state == "gone":
-            raise ProviderError(f"no pod {instance_id}: it is gone", provider=PROVIDER, status_code=404)
-        gpu_count = int(current.raw.get("gpuCount") or 1)
-        self._graphql(M_RESUME, {"podId": instance_id, "gpuCount": gpu_count})
+        """Start a stopped pod (it may land on other hardware)."""
+        self._action(instance_id, "start", done=("pending", "loading", "running"))
 
     def destroy(self, instance_id: str) -> None:
         """Terminate; a pod that is already gone is fine."""
-        self._graphql(M_TERMINATE, {"podId": instance_id}, translate=_judge_gone_ok)
+        code, _ = self._call(
+            "POST",
+            f"/pods/{instance_id}/action",
+            json={"action": "terminate"},
+            translate=_judge_allow(404, 409),
+        )
+        if code == 409 and self.status(instance_id).state != "gone":
+            raise ProviderError(f"RunPod refused to terminate pod {instance_id} (HTTP 409)", provider=PROVIDER)
+
+    # -- price increases -----------------------------------------------------------------------
+
+    def pending_price_increases(self) -> list[PriceIncrease]:
+        """RunPod prices do not change under a running pod: there is never one."""
+        return []
+
+    def answer_price_increase(self, increase: PriceIncrease, *, accept: bool) -> bool:
+        return False
 
 
 def _norm(name: str) -> str:

@@ -1,20 +1,30 @@
-"""Vast.ai adapter: the REST API under `/api/v0`, spoken with httpx (no vendor SDK).
+"""Vast.ai adapter: the REST API, spoken with httpx (no vendor SDK).
 
-Quirks handled here (see ../shared/reference/providers.md):
+The instance list is `GET /api/v1/instances/` (the v0 list answers 410 Gone); everything else
+stays on `/api/v0` (see ../shared/reference/providers-2026.md). Quirks handled here:
+- the v1 list pages by at most 25 rows behind an opaque `next_token`; query values travel as
+  JSON text, as vast-cli sends them. A listing counts only when the rows gathered equal
+  `total_instances`: a reconciler must never act on part of the fleet;
 - one instance comes back as ONE object under the plural key `instances`, and `null` (or a
   404) once it is gone: both read as state `gone`;
 - `ports["22/tcp"][0]["HostPort"]` is a string; direct SSH (`public_ipaddr:HostPort`) is
-  preferred, the proxy (`ssh_host:ssh_port`) is the fallback;
+  preferred, the proxy (`ssh_host:ssh_port`) is kept as the fallback endpoint;
 - `gpu_ram` is in MB (Vast's own tools divide by 1000), our offers say GB;
 - 429 bodies are plain text or JSON; `search_quota_exceeded` is a daily quota and is not
-  retried; 401 is a refused key; `no_such_ask` (or 404/410 on create) means the offer is gone.
+  retried; 401 is a refused key; `no_such_ask` (or 404/410 on create) means the offer is gone;
+- a host may ask a higher price for a running contract: pending increases are listed and
+  answered one by one (body exactly `{"pending_price_increase_id": n}`; a stale one is 404
+  `no_pending_price_increase`, or 409 on older backends).
 """
 
 from __future__ import annotations
 
+import json
 import logging
+import math
 from collections.abc import Mapping
 from typing import Any
+from urllib.parse import quote_plus
 
 import httpx
 
@@ -27,6 +37,7 @@ from app.market import (
     Offer,
     OfferGone,
     OfferQuery,
+    PriceIncrease,
     ProviderBusy,
     ProviderError,
     QuotaExhausted,
@@ -43,13 +54,26 @@ from providers.http import (
     body_text,
 )
 
-__all__ = ["DEFAULT_URL", "VastMarket", "vast_gpu_ram_gb", "vast_instance", "vast_offer"]
+__all__ = [
+    "DEFAULT_URL",
+    "LIST_PAGE_ROWS",
+    "VastMarket",
+    "vast_gpu_ram_gb",
+    "vast_instance",
+    "vast_offer",
+    "vast_price_increase",
+]
 
 log = logging.getLogger(__name__)
 
 DEFAULT_URL = "https://console.vast.ai"
 PROVIDER = "vast"
 _MB_PER_GB = 1000.0  # Vast's CLI shows gpu_ram / 1000 and multiplies GB filters by 1000
+_S_PER_HOUR = 3600.0
+LIST_PAGE_ROWS = 25  # the v1 list's largest page
+_LIST_ORDER = [{"col": "id", "dir": "asc"}]
+_MAX_LIST_PAGES = 10_000  # a token that never ends is a vendor bug, not a fleet
+_STALE_INCREASE = "no_pending_price_increase"
 
 # The SDK's default filters: only verified, datacenter-or-not, rentable offers nobody holds.
 _DEFAULT_FILTERS: dict[str, dict[str, Any]] = {
@@ -64,9 +88,10 @@ def _float(value: Any) -> float | None:
     if value is None or isinstance(value, bool):
         return None
     try:
-        return float(value)
-    except (TypeError, ValueError):
+        number = float(value)
+    except (TypeError, ValueError, OverflowError):
         return None
+    return number if math.isfinite(number) else None  # a vendor's NaN or infinity is no number
 
 
 def _str(value: Any) -> str | None:
@@ -85,8 +110,8 @@ def vast_offer(rec: Mapping[str, Any]) -> Offer:
     if reliability is None:
         reliability = _float(rec.get("reliability"))
     dph_total = _float(rec.get("dph_total"))
-    if dph_total is None:
-        raise ValueError("offer has no dph_total")
+    if dph_total is None or dph_total < 0:
+        raise ValueError(f"offer has no finite, non-negative dph_total ({rec.get('dph_total')!r})")
     return Offer(
         provider=PROVIDER,
         offer_id=str(rec["id"]),
@@ -120,7 +145,7 @@ def _state(rec: Mapping[str, Any]) -> InstanceState:
     return "unknown"  # "unknown", "offline" and anything new
 
 
-def _ssh(rec: Mapping[str, Any]) -> SSHEndpoint | None:
+def _direct_ssh(rec: Mapping[str, Any]) -> SSHEndpoint | None:
     ip = _str(rec.get("public_ipaddr"))
     ports = rec.get("ports") or {}
     entries = ports.get("22/tcp") if isinstance(ports, Mapping) else None
@@ -131,6 +156,10 @@ def _ssh(rec: Mapping[str, Any]) -> SSHEndpoint | None:
             except (AttributeError, TypeError, ValueError):
                 continue
             return SSHEndpoint(host=ip.strip(), port=port)
+    return None
+
+
+def _proxy_ssh(rec: Mapping[str, Any]) -> SSHEndpoint | None:
     host, port_raw = _str(rec.get("ssh_host")), rec.get("ssh_port")
     if host and port_raw is not None:
         try:
@@ -140,12 +169,21 @@ def _ssh(rec: Mapping[str, Any]) -> SSHEndpoint | None:
     return None
 
 
+def _ssh(rec: Mapping[str, Any]) -> tuple[SSHEndpoint | None, SSHEndpoint | None]:
+    """(the endpoint to try first, the fallback): direct then proxy, or the proxy alone."""
+    direct, proxy = _direct_ssh(rec), _proxy_ssh(rec)
+    if direct is None:
+        return proxy, None
+    return direct, (proxy if proxy != direct else None)
+
+
 def vast_instance(rec: Mapping[str, Any] | None, instance_id: str) -> Instance:
     """One record of `/instances/` as an Instance; `None` (Vast's "gone") reads as state gone."""
     if rec is None:
         return Instance.gone(PROVIDER, instance_id)
     state = _state(rec)
     status_msg = rec.get("status_msg")
+    ssh, fallback = _ssh(rec) if state == "running" else (None, None)
     return Instance(
         provider=PROVIDER,
         instance_id=str(rec.get("id", instance_id)),
@@ -153,10 +191,40 @@ def vast_instance(rec: Mapping[str, Any] | None, instance_id: str) -> Instance:
         label=_str(rec.get("label")),
         state=state,
         status_line=None if status_msg is None else str(status_msg),
-        ssh=_ssh(rec) if state == "running" else None,
+        ssh=ssh,
         gpu_util=_float(rec.get("gpu_util")),
         dph_total=_float(rec.get("dph_total")),
         started_at=_float(rec.get("start_date")),
+        raw=dict(rec),
+        ssh_fallback=fallback,
+    )
+
+
+def _all_in_per_hour(rec: Mapping[str, Any], side: str) -> float | None:
+    """One side (`old`/`new`) of an increase as all-in $/h: (GPU + disk/RAM per second) * 3600,
+    plus the platform fee as a fraction. A `new_` field left null is unchanged: the `old_` one stands."""
+
+    def rate(name: str) -> float | None:
+        value = _float(rec.get(f"{side}_{name}"))
+        return _float(rec.get(f"old_{name}")) if value is None else value
+
+    gpu = rate("gpu_costpersec")
+    if gpu is None:
+        return None
+    disk = rate("disk_ram_costpersec") or 0.0
+    fee = rate("platform_fee") or 0.0
+    return round((gpu + disk) * _S_PER_HOUR * (1.0 + fee), 6)
+
+
+def vast_price_increase(rec: Mapping[str, Any]) -> PriceIncrease:
+    """One row of `/instances/pending-price-increases/`. Raises KeyError/ValueError on a malformed one."""
+    return PriceIncrease(
+        provider=PROVIDER,
+        increase_id=str(int(rec["pending_price_increase_id"])),
+        instance_id=str(int(rec["contract_id"])),
+        old_dph_total=_all_in_per_hour(rec, "old"),
+        new_dph_total=_all_in_per_hour(rec, "new"),
+        starts_at=_float(rec.get("contract_end_date")),
         raw=dict(rec),
     )
 
@@ -183,8 +251,8 @@ def _judge(response: httpx.Response) -> Failure | None:
             f"the daily search quota is used up ({vendor}); not retried. Fix: wait for the quota "
             "to reset (daily) or search less often",
         )
-    if status == 401:
-        return Failure(AuthFailed, f"the API key was refused (HTTP 401: {vendor}). Fix: check VAST_API_KEY")
+    if status == 401 or error == "auth_error":  # some accounts get a 404 with auth_error for a bad key
+        return Failure(AuthFailed, f"the API key was refused (HTTP {status}: {vendor}). Fix: check VAST_API_KEY")
     if status in RETRYABLE_STATUS or error == "rate_limit_exceeded":
         return Failure(ProviderBusy, f"busy (HTTP {status}: {vendor})")
     if error == "no_such_ask":
@@ -200,8 +268,32 @@ def _judge_create(response: httpx.Response) -> Failure | None:
 
 
 def _judge_allow_404(response: httpx.Response) -> Failure | None:
-    """For calls where 404 means 'already gone' (status, destroy): the caller reads the status."""
-    return None if response.status_code == 404 else _judge(response)
+    """For calls where 404 means 'already gone' (status, destroy): the caller reads the status.
+    A 404 that says `auth_error` is a refused key, never a gone instance."""
+    if response.status_code == 404 and not _is_auth_error(response):
+        return None
+    return _judge(response)
+
+
+def _is_auth_error(response: httpx.Response) -> bool:
+    data = body_json(response)
+    return isinstance(data, dict) and data.get("error") == "auth_error"
+
+
+def _judge_answer(response: httpx.Response) -> Failure | None:
+    """For a price-increase answer: stale (404 `no_pending_price_increase`, or 409) is not a failure."""
+    if response.status_code == 409:
+        return None
+    if response.status_code == 404:
+        data = body_json(response)
+        if isinstance(data, dict) and data.get("error") == _STALE_INCREASE:
+            return None
+    return _judge(response)
+
+
+def _list_query(params: Mapping[str, Any]) -> str:
+    """The v1 list's query as vast-cli writes it: JSON text for non-strings, then quote_plus."""
+    return "&".join(f"{k}={quote_plus(v if isinstance(v, str) else json.dumps(v))}" for k, v in params.items())
 
 
 class VastMarket:
@@ -263,6 +355,8 @@ class VastMarket:
         if query.disk_gb > 0:
             body["disk_space"] = {"gte": query.disk_gb}
             body["allocated_storage"] = query.disk_gb
+        if query.datacenter_only:
+            body["datacenter"] = {"eq": True}  # vast-cli's field; the server reads hosting_type == 1
         body.update(order=[["dph_total", "asc"]], type="on-demand", limit=query.limit)
         _, data = self._call("POST", "/api/v0/bundles/", json=body)
         records = data.get("offers") if isinstance(data, dict) else None
@@ -283,6 +377,8 @@ class VastMarket:
             if query.max_dph is not None and offer.dph_total > query.max_dph:
                 continue
             if offer.num_gpus != query.num_gpus:
+                continue
+            if query.datacenter_only and rec.get("hosting_type") not in (1, True):
                 continue
             offers.append(offer)
         offers.sort(key=lambda o: o.dph_total)
@@ -333,15 +429,40 @@ class VastMarket:
         return vast_instance(rec if isinstance(rec, dict) else None, instance_id)
 
     def list_instances(self, label_prefix: str = "") -> list[Instance]:
-        """Every instance of the account whose label starts with `label_prefix` (Vast does not page)."""
-        _, data = self._call("GET", "/api/v0/instances/", params={"owner": "me"})
-        records = data.get("instances") if isinstance(data, dict) else None
-        if not isinstance(records, list):
-            raise ProviderError("list answered without an `instances` list", provider=PROVIDER)
-        found = data.get("instances_found") if isinstance(data, dict) else None
-        if isinstance(found, int) and found > len(records):
-            log.warning("vast: %d instances found but %d listed", found, len(records))
-        instances = [vast_instance(r, str(r.get("id"))) for r in records if isinstance(r, dict)]
+        """Every instance of the account whose label starts with `label_prefix`, all v1 pages.
+
+        Raises ProviderError when the pages do not add up to `total_instances`: acting on part of
+        the fleet (stopping what looks unknown, missing what bills) is worse than not acting.
+        """
+        params: dict[str, Any] = {"select_filters": {}, "order_by": _LIST_ORDER, "limit": LIST_PAGE_ROWS}
+        records: list[dict[str, Any]] = []
+        total: Any = None
+        seen: set[str] = set()
+        for _ in range(_MAX_LIST_PAGES):
+            _, data = self._call("GET", f"/api/v1/instances/?{_list_query(params)}")
+            page = data.get("instances") if isinstance(data, dict) else None
+            if not isinstance(data, dict) or not isinstance(page, list):
+                raise ProviderError("the instance list answered without an `instances` list", provider=PROVIDER)
+            records.extend(r for r in page if isinstance(r, dict))
+            total = data.get("total_instances")
+            token = data.get("next_token")
+            if not token:
+                break
+            if str(token) in seen:
+                raise ProviderError(
+                    f"the instance list repeated a page token after {len(records)} rows", provider=PROVIDER
+                )
+            seen.add(str(token))
+            params["after_token"] = str(token)
+        else:
+            raise ProviderError(f"the instance list did not end after {_MAX_LIST_PAGES} pages", provider=PROVIDER)
+        if isinstance(total, bool) or not isinstance(total, int) or total != len(records):
+            raise ProviderError(
+                f"the instance list is incomplete: {len(records)} rows gathered but total_instances "
+                f"is {total!r}; nothing was acted on. Run it again",
+                provider=PROVIDER,
+            )
+        instances = [vast_instance(r, str(r.get("id"))) for r in records]
         return [i for i in instances if (i.label or "").startswith(label_prefix)]
 
     def _set_state(self, instance_id: str, state: str) -> None:
@@ -361,6 +482,35 @@ class VastMarket:
     def destroy(self, instance_id: str) -> None:
         """Destroy; already gone (404) is fine."""
         self._call("DELETE", f"/api/v0/instances/{instance_id}/", translate=_judge_allow_404)
+
+    # -- price increases -----------------------------------------------------------------------
+
+    def pending_price_increases(self) -> list[PriceIncrease]:
+        """The increases hosts asked of our instances and nobody answered yet."""
+        _, data = self._call("GET", "/api/v0/instances/pending-price-increases/")
+        rows = data.get("pending_price_increases") if isinstance(data, dict) else None
+        if not isinstance(rows, list):
+            raise ProviderError("pending price increases answered without a list", provider=PROVIDER)
+        if isinstance(data, dict) and data.get("truncated"):
+            log.warning("vast: the pending price increases were truncated at %d rows", len(rows))
+        increases: list[PriceIncrease] = []
+        for rec in rows:
+            try:
+                increases.append(vast_price_increase(rec))
+            except (KeyError, TypeError, ValueError) as exc:
+                log.warning("vast: skipping a malformed price increase (%s)", exc)
+        return increases
+
+    def answer_price_increase(self, increase: PriceIncrease, *, accept: bool) -> bool:
+        """Accept or reject one increase; False when Vast says it is no longer pending."""
+        verb = "accept" if accept else "reject"
+        code, _ = self._call(
+            "PUT",
+            f"/api/v0/instances/{verb}-price-increase/",
+            json={"pending_price_increase_id": int(increase.increase_id)},
+            translate=_judge_answer,
+        )
+        return code not in (404, 409)
 
 
 def _gpu_name(name: str) -> str:

@@ -12,7 +12,7 @@ from typing import Any
 from app import bootstrap
 from app.liveness import record_success
 from app.market import Market
-from app.policy.guardrails import IDLE_GRACE_S
+from app.policy.guardrails import BUDGET_CHECKPOINT_WAIT_S, IDLE_GRACE_S
 from app.rentals import Rentals
 from app.services import guardrails
 from app.settings import seconds_setting
@@ -31,6 +31,10 @@ def idle_grace_s() -> float:
     return seconds_setting("TUNEHARNESS_IDLE_GRACE_S", IDLE_GRACE_S)
 
 
+def budget_checkpoint_wait_s() -> float:
+    return seconds_setting("TUNEHARNESS_BUDGET_CHECKPOINT_WAIT_S", BUDGET_CHECKPOINT_WAIT_S)
+
+
 def _markets(rentals: Rentals) -> dict[str, Market]:
     names = {r.provider for r in rentals.all(states=("intent", "active", "stopped"))}
     names |= {n for n in os.environ.get("TUNEHARNESS_PROVIDERS", "").split(",") if n}
@@ -46,12 +50,13 @@ def _job_phase(job_id: str) -> str | None:
     return None if record is None else record.phase
 
 
-def _ssh_util(rental: Any, inst: Any) -> float | None:
-    """nvidia-smi over SSH with the job's key, where the host answers; None otherwise."""
+def _ssh_util(key_job: str, inst: Any) -> float | None:
+    """nvidia-smi over SSH with `key_job`'s key (the job the host was launched for), where the host
+    answers; None otherwise."""
     if inst.ssh is None:
         return None
     try:
-        shell = bootstrap.host_shell(inst, rental.job)
+        shell = bootstrap.host_shell(inst, key_job)
     except Exception:
         return None
     try:
@@ -75,18 +80,26 @@ def _summary(report: guardrails.SweepReport) -> dict[str, Any]:
 def idle_watchdog(self: Any) -> dict[str, Any]:
     """Stop instances idle past the grace period (never destroy)."""
     from app.services.pool import Pool
+    from app.services.supervisor import step_advanced_at
 
     rentals = _rentals()
     held = Pool(rentals.engine).held_until()
-    report = guardrails.sweep_idle(
-        rentals,
-        _markets(rentals),
-        now=time.time(),
-        notifier=bootstrap.notifier(),
-        grace_s=idle_grace_s(),
-        job_phase=_job_phase,
-        ssh_util=_ssh_util,
-        held_until=lambda r: held.get((r.provider, r.instance_id or "")),
+    now, notifier = time.time(), bootstrap.notifier()
+    report = guardrails.run_sweep(
+        "idle_watchdog",
+        lambda: guardrails.sweep_idle(
+            rentals,
+            _markets(rentals),
+            now=now,
+            notifier=notifier,
+            grace_s=idle_grace_s(),
+            job_phase=_job_phase,
+            ssh_util=_ssh_util,
+            held_until=lambda r: held.get((r.provider, r.instance_id or "")),
+            step_advanced_at=lambda r: step_advanced_at(rentals.engine, r.job, r.instance_id or ""),
+        ),
+        notifier=notifier,
+        now=now,
     )
     record_success(rentals.engine, "idle-watchdog", time.time())
     return _summary(report)
@@ -96,7 +109,13 @@ def idle_watchdog(self: Any) -> dict[str, Any]:
 def reaper(self: Any) -> dict[str, Any]:
     """Stop instances past their kill-time."""
     rentals = _rentals()
-    report = guardrails.sweep_ttl(rentals, _markets(rentals), now=time.time(), notifier=bootstrap.notifier())
+    now, notifier = time.time(), bootstrap.notifier()
+    report = guardrails.run_sweep(
+        "reaper",
+        lambda: guardrails.sweep_ttl(rentals, _markets(rentals), now=now, notifier=notifier),
+        notifier=notifier,
+        now=now,
+    )
     record_success(rentals.engine, "reaper", time.time())
     return _summary(report)
 
@@ -105,20 +124,43 @@ def reaper(self: Any) -> dict[str, Any]:
 def reconcile(self: Any) -> dict[str, Any]:
     """Join provider listings with the registry: adopt, stop orphans, mark lost."""
     rentals = _rentals()
-    report = guardrails.sweep_reconcile(
-        rentals,
-        _markets(rentals),
-        now=time.time(),
-        orphan_grace_s=2 * longest_create_latency_s(),
-        notifier=bootstrap.notifier(),
+    now, notifier = time.time(), bootstrap.notifier()
+    report = guardrails.run_sweep(
+        "reconciler",
+        lambda: guardrails.sweep_reconcile(
+            rentals, _markets(rentals), now=now, orphan_grace_s=2 * longest_create_latency_s(), notifier=notifier
+        ),
+        notifier=notifier,
+        now=now,
     )
     record_success(rentals.engine, "reconciler", time.time())
     return _summary(report)
 
 
+@task("maintenance", "answer_price_increases")
+def answer_price_increases(self: Any) -> dict[str, Any]:
+    """Accept or reject every pending host price increase on our instances (against the job's max price)."""
+    from app.services.price_increases import max_price_from, sweep_price_increases
+
+    rentals = _rentals()
+    report = sweep_price_increases(
+        rentals, _markets(rentals), max_price_of=max_price_from(bootstrap.jobs()), notifier=bootstrap.notifier()
+    )
+    record_success(rentals.engine, "price-increases", time.time())
+    return {
+        "examined": report.examined,
+        "accepted": report.accepted,
+        "rejected": report.rejected,
+        "stale": report.stale,
+        "not_ours": report.not_ours,
+        "errors": report.errors,
+    }
+
+
 @task("maintenance", "budget_monitor")
 def budget_monitor(self: Any) -> dict[str, Any]:
-    """Warn at 80% of a cap's spend; at the cap, end the jobs spending under it (through the policy)."""
+    """Warn at 80% of a cap's spend; at the cap, pause the training jobs spending under it (their hosts
+    stopped) and end the others (through the policy)."""
     from app.services.provisioning import Step
     from app.services.supervisor import checkpoint_safe
     from workers.provisioning import schedule
@@ -131,14 +173,22 @@ def budget_monitor(self: Any) -> dict[str, Any]:
         ended.extend(steps)
         return bool(steps)
 
-    report = guardrails.sweep_budgets(
-        rentals.budget,
-        notifier=bootstrap.notifier(),
-        rentals=rentals,
-        markets=_markets(rentals),
-        now=time.time(),
-        checkpoint_safe=lambda job: checkpoint_safe(rentals.engine, job),
-        end_job=end_job,
+    now, notifier = time.time(), bootstrap.notifier()
+    report = guardrails.run_sweep(
+        "budget_monitor",
+        lambda: guardrails.sweep_budgets(
+            rentals.budget,
+            notifier=notifier,
+            rentals=rentals,
+            markets=_markets(rentals),
+            now=now,
+            checkpoint_safe=lambda job: checkpoint_safe(rentals.engine, job),
+            end_job=end_job,
+            job_phase=_job_phase,  # a training job's host is paused at the cap, not ended
+            checkpoint_wait_s=budget_checkpoint_wait_s(),
+        ),
+        notifier=notifier,
+        now=now,
     )
     for step in ended:
         schedule(step)

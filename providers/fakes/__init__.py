@@ -1,8 +1,9 @@
 """Fake vendor servers that ship in the package: real HTTP on 127.0.0.1, a free port, a thread.
 
-They replay the documented shapes and quirks of Vast.ai and RunPod (../shared/reference/
-providers.md), record every call, and take injected faults (429 in text or JSON, 5xx, 401, quota
-exceeded, offer gone, instance null). The tests and the demo use the same fakes:
+They replay the documented shapes and quirks of Vast.ai (the paged v1 instance list, v0 for the
+rest) and RunPod's REST API v2 (../shared/reference/providers-2026.md), record every call, and
+take injected faults (429 in text or JSON, 5xx, 401, quota exceeded, offer gone, instance null).
+The tests and the demo use the same fakes:
 
     with FakeVast(offers=sample_vast_offers()) as vast:
         market = VastMarket(api_key=vast.api_key, api_url=vast.url)

@@ -29,7 +29,7 @@ class RecordedCall:
     headers: dict[str, str]  # lower-case names; `authorization` shows no key
     body: Any  # parsed JSON, else text, else None
     authorized: bool
-    operation: str | None = None  # GraphQL root field, for RunPod
+    operation: str | None = None  # a GraphQL root field, for a fake that speaks GraphQL
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,10 +37,11 @@ class Reply:
     status: int
     body: bytes
     content_type: str = "application/json"
+    headers: tuple[tuple[str, str], ...] = ()
 
 
-def json_reply(status: int, payload: Any) -> Reply:
-    return Reply(status, json.dumps(payload).encode(), "application/json")
+def json_reply(status: int, payload: Any, content_type: str = "application/json") -> Reply:
+    return Reply(status, json.dumps(payload).encode(), content_type)
 
 
 def text_reply(status: int, text: str) -> Reply:
@@ -56,6 +57,7 @@ class Fault:
     times: int = 1
     match: str | None = None
     method: str | None = None
+    acted: bool = False  # carry the call out first, then answer `reply` (a create accepted, its answer lost)
 
 
 @dataclass(slots=True)
@@ -68,6 +70,7 @@ class FakeVendorServer:
     """Base of the vendor fakes: lifecycle, recording, auth and fault injection."""
 
     provider = "fake"
+    accepts_query_key = True  # `?api_key=` as well as the Bearer header (RunPod's v2: header only)
 
     def __init__(self, *, api_key: str = "fake-key") -> None:
         self.api_key = api_key
@@ -139,17 +142,23 @@ class FakeVendorServer:
         times: int = 1,
         match: str | None = None,
         method: str | None = None,
+        headers: dict[str, str] | None = None,
+        content_type: str | None = None,
+        acted: bool = False,
     ) -> None:
-        """Make the next `times` matching calls answer `status` with `body` (text or JSON)."""
+        """Make the next `times` matching calls answer `status` with `body` (text or JSON); with
+        `acted`, each call is carried out first (the vendor acted, then its answer was lost)."""
         reply = json_reply(status, body) if isinstance(body, dict | list) else text_reply(status, body)
+        if headers or content_type:
+            reply = Reply(reply.status, reply.body, content_type or reply.content_type, tuple((headers or {}).items()))
         with self.lock:
-            self._state.faults.append(Fault(reply, times, match, method))
+            self._state.faults.append(Fault(reply, times, match, method, acted))
 
     def pending_faults(self) -> int:
         with self.lock:
             return sum(f.times for f in self._state.faults)
 
-    def _take_fault(self, call: RecordedCall) -> Reply | None:
+    def _take_fault(self, call: RecordedCall) -> Fault | None:
         with self.lock:
             for fault in self._state.faults:
                 if fault.method is not None and fault.method != call.method:
@@ -162,7 +171,7 @@ class FakeVendorServer:
                     fault.times -= 1
                     if fault.times <= 0:
                         self._state.faults.remove(fault)
-                    return fault.reply
+                    return fault
         return None
 
     # -- the vendor ----------------------------------------------------------------------------
@@ -181,7 +190,9 @@ class FakeVendorServer:
         parts = urlsplit(raw_path)
         query = parse_qs(parts.query)
         auth = headers.get("authorization", "")
-        authorized = auth == f"Bearer {self.api_key}" or query.get("api_key") == [self.api_key]
+        authorized = auth == f"Bearer {self.api_key}" or (
+            self.accepts_query_key and query.get("api_key") == [self.api_key]
+        )
         if "authorization" in headers:
             headers["authorization"] = f"Bearer {REDACTED}"
         if "api_key" in query:
@@ -204,12 +215,13 @@ class FakeVendorServer:
         with self.lock:
             self._state.calls.append(call)
         fault = self._take_fault(call)
-        if fault is not None:
-            return fault
+        if fault is not None and not fault.acted:
+            return fault.reply
         if not authorized:
             return self.unauthorized()
         with self.lock:
-            return self.route(call)
+            reply = self.route(call)
+        return reply if fault is None else fault.reply
 
 
 def _handler_for(fake: FakeVendorServer) -> type[BaseHTTPRequestHandler]:
@@ -227,6 +239,8 @@ def _handler_for(fake: FakeVendorServer) -> type[BaseHTTPRequestHandler]:
             self.send_response(reply.status)
             self.send_header("Content-Type", reply.content_type)
             self.send_header("Content-Length", str(len(reply.body)))
+            for name, value in reply.headers:
+                self.send_header(name, value)
             self.end_headers()
             self.wfile.write(reply.body)
 

@@ -235,19 +235,20 @@ def test_destroy_without_a_terminal_or_yes_destroys_nothing(env: dict[str, str],
 
 
 def test_destroy_with_yes_is_a_ledger_event(env: dict[str, str], fake_runpod: FakeRunPod) -> None:
-    """`destroy --yes` terminates the pod and appends instance_destroyed with rate, machine and reason operator."""
+    """`destroy --yes` terminates the pod and appends instance_destroyed with rate and reason operator
+    (a RunPod pod names no machine)."""
     market = RunPodMarket(api_key=fake_runpod.api_key, api_url=fake_runpod.url)
     pod_id = market.create(market.search_offers(OfferQuery())[0], SPEC)
-    machine = fake_runpod.pods[pod_id]["machineId"]
     done = tuneharness(env, "destroy", "--provider", "runpod", "--instance", pod_id, "--yes")
     assert done.returncode == 0, done.stderr
-    assert pod_id not in fake_runpod.pods and fake_runpod.calls_to("podTerminate")
+    terminate = [c for c in fake_runpod.calls_to(f"/v2/pods/{pod_id}/action") if c.body == {"action": "terminate"}]
+    assert pod_id not in fake_runpod.pods and terminate
     (row,) = ledger_rows(env)
     assert (row.kind, row.provider, row.instance, row.machine, row.reason) == (
         "instance_destroyed",
         "runpod",
         pod_id,
-        machine,
+        None,
         "operator",
     )
     assert row.rate_usd_per_hour == pytest.approx(0.22)

@@ -44,9 +44,44 @@ def test_client_sleeps_the_jittered_backoff_between_tries(fake_vast: FakeVast) -
     )
     fake_vast.inject(503, "busy", times=10)
     with pytest.raises(ProviderBusy, match="gave up after 4 tries"):
-        client.request("GET", "/api/v0/instances/", translate=_busy_unless_ok)
+        client.request("GET", "/api/v1/instances/", translate=_busy_unless_ok)
     assert slept == [0.5, 1.0, 1.5]
     client.close()
+
+
+def test_all_tries_of_a_call_end_within_its_time_budget(fake_vast: FakeVast) -> None:
+    """Each try and each wait counts against `budget_s`: a vendor that keeps answering 503 (or asks
+    for a long Retry-After) is given up on in time, however many tries are left."""
+    http.set_testing(False)
+    t = [0.0]
+    slept: list[float] = []
+
+    def sleep(s: float) -> None:
+        slept.append(s)
+        t[0] += s
+
+    client = VendorClient(
+        provider="vast",
+        base_url=fake_vast.url,
+        api_key=fake_vast.api_key,
+        retry=RetryPolicy(attempts=20, base_s=4.0, cap_s=16.0, budget_s=30.0),
+        sleep=sleep,
+        jitter=lambda: 1.0,
+        monotonic=lambda: t[0],
+    )
+    fake_vast.inject(503, "busy", times=50)
+    with pytest.raises(ProviderBusy, match="gave up after 4 tries"):
+        client.request("GET", "/api/v1/instances/", translate=_busy_unless_ok)
+    assert slept == [4.0, 8.0, 16.0] and sum(slept) < 30.0
+    client.close()
+
+
+def test_the_default_retry_budget_fits_inside_the_provision_task() -> None:
+    """Every try of a create (budget plus the last try's own timeout) ends before the task's soft limit."""
+    from workers.config import TASK_TIME_LIMITS_S
+
+    policy = RetryPolicy()
+    assert policy.budget_s + policy.timeout_s < TASK_TIME_LIMITS_S["provision"][0]
 
 
 def test_test_mode_keeps_the_tries_but_not_the_waits(fake_vast: FakeVast) -> None:
@@ -60,7 +95,7 @@ def test_test_mode_keeps_the_tries_but_not_the_waits(fake_vast: FakeVast) -> Non
         sleep=slept.append,
     )
     fake_vast.inject(502, "bad gateway", times=2)
-    response = client.request("GET", "/api/v0/instances/", translate=_busy_unless_ok)
+    response = client.request("GET", "/api/v1/instances/", translate=_busy_unless_ok)
     assert body_json(response)["instances"] == [] and slept == [] and len(fake_vast.calls) == 3
     client.close()
 
@@ -71,7 +106,7 @@ def test_an_unreachable_vendor_is_provider_busy() -> None:
         url = fake.url
     client = VendorClient(provider="vast", base_url=url, api_key="sk-secret", retry=RetryPolicy(attempts=2))
     with pytest.raises(ProviderBusy, match="cannot reach") as err:
-        client.request("GET", "/api/v0/instances/", translate=_busy_unless_ok)
+        client.request("GET", "/api/v1/instances/", translate=_busy_unless_ok)
     assert "sk-secret" not in str(err.value) and "sk-secret" not in repr(client)
     assert err.value.__suppress_context__
 

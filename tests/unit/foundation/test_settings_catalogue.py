@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from app import bootstrap
+from app import bootstrap, hoststack
 from app.alerts import webhook_config_from_env
 from app.errors import SettingsError
 from app.policy.guardrails import IDLE_GRACE_S
@@ -18,6 +18,8 @@ from app.settings_catalogue import INTERNAL, SETTINGS, main, render_markdown
 from app.triage.llm import LlmConfig
 from providers import runpod, vast
 from providers.http import RetryPolicy
+from providers.sim import images
+from trainer.bootstrap import stack_cache, wheelhouse_dir
 from trainer.guard import serving_refusal
 from workers import guardrails as guardrail_tasks
 
@@ -89,7 +91,9 @@ def _defaults_from_code(tmp_path: Path) -> dict[str, Callable[[], object]]:
         "TUNEHARNESS_REPOLL_S": lambda: f"{sup.repoll_s:g}",
         "TUNEHARNESS_SLICE_S": lambda: f"{sup.slice_s:g}",
         "TUNEHARNESS_SLICE_STEPS": lambda: sup.slice_steps is None,
+        "TUNEHARNESS_HF_ENDPOINT": lambda: bootstrap.hf_endpoint({}),
         "TUNEHARNESS_IDLE_GRACE_S": lambda: f"{IDLE_GRACE_S:g}",
+        "TUNEHARNESS_BUDGET_CHECKPOINT_WAIT_S": lambda: f"{guardrail_tasks.budget_checkpoint_wait_s():g}",
         "TUNEHARNESS_CREATE_LATENCY_S": lambda: f"{guardrail_tasks.LONGEST_CREATE_LATENCY_S:g}",
         "TUNEHARNESS_ALERT_WEBHOOK_URL": lambda: webhook_config_from_env({}) is None,
         "TUNEHARNESS_ALERT_FORMAT": lambda: hook.format,
@@ -105,6 +109,10 @@ def _defaults_from_code(tmp_path: Path) -> dict[str, Callable[[], object]]:
         "TUNEHARNESS_ROLE": lambda: serving_refusal({}) is None or Path("/etc/tuneharness/serving").exists(),
         "TUNEHARNESS_SIM_SCALE": lambda: f"{sim_scale({}):g}",
         "TUNEHARNESS_SERVING_MARKER": lambda: serving_refusal({}) is None or Path("/etc/tuneharness/serving").exists(),
+        "TUNEHARNESS_SIM_CACHE": lambda: images.sim_cache({}) == Path("~/.cache/tuneharness-sim").expanduser(),
+        "TUNEHARNESS_BOOTSTRAP": lambda: hoststack.bootstrap_enabled({}),
+        "TUNEHARNESS_STACK_CACHE": lambda: stack_cache({}) == Path("~/.cache/tuneharness").expanduser(),
+        "TUNEHARNESS_WHEELHOUSE": lambda: wheelhouse_dir({}) is None,
     }
 
 
