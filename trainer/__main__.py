@@ -1,4 +1,4 @@
-"""Entry point: `python -m trainer {run,slices,predict,preflight,make-tiny-model}`.
+"""Entry point: `python -m trainer {run,slices,predict,preflight,make-tiny-model,fetch-model}`.
 
 The process ends with `os._exit` once its output is flushed: everything the trainer writes is
 fsynced when written, and skipping the interpreter's teardown (module garbage collection with
@@ -60,8 +60,18 @@ def _parser() -> argparse.ArgumentParser:
     pf = sub.add_parser("preflight", help="prove the GPU computes; print one JSON line")
     pf.add_argument("--size", type=int, default=4096, help="matmul side length")
     pf.add_argument("--max-seconds", type=float, default=10.0, help="time budget of the timing loop")
+    bs = sub.add_parser("bootstrap", help="install what this host lacks of the trainer's stack; print one JSON line")
+    from trainer.bootstrap import add_arguments
+
+    add_arguments(bs)
     mt = sub.add_parser("make-tiny-model", help="write a tiny random causal LM and tokenizer to DIR")
     mt.add_argument("dir", type=Path)
+    fm = sub.add_parser("fetch-model", help="download a public model from a Hugging Face Hub, resumable, verified")
+    fm.add_argument("--endpoint", required=True, help="the hub's base URL, e.g. https://huggingface.co")
+    fm.add_argument("--repo", required=True, help="the model's id, ORG/NAME")
+    fm.add_argument("--revision", required=True, help="the pinned 40-hex commit")
+    fm.add_argument("--dest", required=True, type=Path, help="the directory the model's files go to")
+    fm.add_argument("--progress", type=Path, default=None, help="write bytes done/total here while fetching")
     return p
 
 
@@ -109,6 +119,16 @@ def main(argv: list[str] | None = None) -> int:
         from trainer.preflight import main_preflight
 
         return main_preflight(size=args.size, max_seconds=args.max_seconds)
+    if args.command == "fetch-model":
+        from trainer.fetch import main_fetch
+
+        return main_fetch(args.endpoint, args.repo, args.revision, args.dest, progress_file=args.progress)
+    if args.command == "bootstrap":
+        from trainer.bootstrap import main_bootstrap
+
+        return main_bootstrap(
+            lock=args.lock, cache=args.cache, find_links=args.find_links, timeout_s=args.timeout_s, check=args.check
+        )
     from trainer.tiny import write_tiny_causal_lm
 
     print(write_tiny_causal_lm(args.dir))

@@ -6,6 +6,9 @@ two successive measurements agree within 3% or the time budget is spent).
 
 On a simulated host (TUNEHARNESS_SIM_TRUTH=/path/truth.json) it runs a small bf16 matmul on the
 CPU and reports what the truth dictates, failing the way a real host would when `computes` is false.
+Both report `stack`: the version of each package of the trainer's stack this Python finds
+(`STACK_MODULES`), so the control plane can refuse a host that cannot run the trainer
+(`stack_missing`) before training is handed to it.
 Exit 0 when ok, 1 otherwise.
 """
 
@@ -24,6 +27,37 @@ SIM_TRUTH_ENV = "TUNEHARNESS_SIM_TRUTH"
 STALE_DRIVER_ERROR = (
     "CUDA driver version is insufficient for CUDA runtime version (cudaErrorInsufficientDriver, error 35)"
 )
+# The trainer's stack as the preflight reports it: import name -> distribution name. A package is
+# reported when this Python finds it (without importing it: transformers alone takes seconds),
+# with its installed version. The control plane's judgement requires each (app/policy/preflight.py,
+# TRAINER_STACK; a test keeps the two lists and trainer/requirements.txt in agreement).
+STACK_MODULES: dict[str, str] = {
+    "torch": "torch",
+    "transformers": "transformers",
+    "peft": "peft",
+    "accelerate": "accelerate",
+    "bitsandbytes": "bitsandbytes",
+    "safetensors": "safetensors",
+    "tokenizers": "tokenizers",
+    "huggingface_hub": "huggingface-hub",
+    "numpy": "numpy",
+}
+
+
+def stack_report() -> dict[str, str]:
+    """Distribution name -> version for each package of the trainer's stack this Python can import."""
+    import importlib.util
+    from importlib import metadata
+
+    found: dict[str, str] = {}
+    for module, dist in STACK_MODULES.items():
+        try:
+            if importlib.util.find_spec(module) is None:
+                continue
+            found[dist] = metadata.version(dist)
+        except (ImportError, ValueError, metadata.PackageNotFoundError):
+            continue
+    return found
 
 
 def _blank(simulated: bool) -> dict[str, Any]:
@@ -38,7 +72,40 @@ def _blank(simulated: bool) -> dict[str, Any]:
         "tflops_bf16": None,
         "error": None,
         "simulated": simulated,
+        "stack": {},
+        "gpu_uuid": None,
+        "host_machine_id": None,
     }
+
+
+def _host_machine_id(path: str = "/etc/machine-id") -> str | None:
+    """This host's /etc/machine-id (None where there is none)."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            value = fh.read().strip()
+    except OSError:
+        return None
+    return value or None
+
+
+def _gpu_uuid(props: Any) -> str | None:
+    """The first GPU's UUID: torch's device properties where it has them, else nvidia-smi."""
+    raw = getattr(props, "uuid", None)
+    if raw:
+        text = str(raw)
+        return text if text.startswith(("GPU-", "MIG-")) else f"GPU-{text}"
+    try:
+        out = subprocess.run(
+            ["nvidia-smi", "--query-gpu=uuid", "--format=csv,noheader", "--id=0"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=False,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    line = out.stdout.strip().splitlines()
+    return line[0].strip() if out.returncode == 0 and line and line[0].strip() else None
 
 
 def _driver_version() -> str | None:
@@ -84,6 +151,8 @@ def _simulated(truth_path: str) -> dict[str, Any]:
     ram = truth.get("actual_gpu_ram_gb")
     result["vram_gb"] = float(ram) if ram is not None else None
     result["driver"] = truth.get("driver", "sim")
+    result["gpu_uuid"] = truth.get("gpu_uuid")
+    result["host_machine_id"] = truth.get("host_machine_id")
     result["cuda"] = truth.get("cuda", "sim")
     result["matmul_finite"] = _cpu_matmul_finite()
     expected = truth.get("expected_tflops_bf16")
@@ -101,6 +170,7 @@ def _real(size: int, max_seconds: float) -> dict[str, Any]:
     result = _blank(False)
     result["cuda"] = torch.version.cuda
     result["driver"] = _driver_version()
+    result["host_machine_id"] = _host_machine_id()
     if not torch.cuda.is_available() and torch.version.cuda is None:
         result["error"] = "this torch build has no CUDA support (CPU-only wheel) and no simulated truth is set"
         return result
@@ -110,6 +180,7 @@ def _real(size: int, max_seconds: float) -> dict[str, Any]:
         props = torch.cuda.get_device_properties(0)
         result["gpu_name"] = props.name
         result["vram_gb"] = round(props.total_memory / 2**30, 2)
+        result["gpu_uuid"] = _gpu_uuid(props)
         a = torch.randn(size, size, device="cuda", dtype=torch.bfloat16)
         b = torch.randn(size, size, device="cuda", dtype=torch.bfloat16)
         c = a @ b
@@ -156,9 +227,9 @@ def _time_matmul(a: Any, b: Any, *, max_seconds: float) -> float:
 def run_preflight(*, size: int = 4096, max_seconds: float = 10.0) -> dict[str, Any]:
     """The preflight report as a dict (the JSON line's content)."""
     truth = os.environ.get(SIM_TRUTH_ENV)
-    if truth:
-        return _simulated(truth)
-    return _real(size, max_seconds)
+    result = _simulated(truth) if truth else _real(size, max_seconds)
+    result["stack"] = stack_report()
+    return result
 
 
 def main_preflight(*, size: int = 4096, max_seconds: float = 10.0) -> int:

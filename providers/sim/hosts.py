@@ -2,8 +2,11 @@
 
 Each host gets its own sandbox directory (the session's working directory and HOME) with its
 truth written to `.sim/truth.json`; every SSH session sees `TUNEHARNESS_SIM_TRUTH` pointing at
-it, so `python -m trainer preflight` there reports what the truth dictates. `python` on the
-PATH is this project's interpreter, with the project on PYTHONPATH.
+it, so `python -m trainer preflight` there reports what the truth dictates. The project is on
+PYTHONPATH; `python` on the PATH is the one of the host's `image` (providers/sim/images.py): on
+the trainer image this project's interpreter, on a bare one a Python with torch and pip only, so
+the trainer runs there only once `python -m trainer bootstrap` installed its stack (from the
+`wheelhouse` when one is given, TUNEHARNESS_WHEELHOUSE on the host; else from the package index).
 """
 
 from __future__ import annotations
@@ -12,11 +15,11 @@ import json
 import os
 import shutil
 import signal
-import sys
 import threading
 from pathlib import Path
 
 from app.market import LaunchSpec, SSHEndpoint
+from providers.sim.images import image_python
 from providers.sim.observe import truth_file
 from providers.sim.sshd import Sshd, SshdError
 from providers.sim.trace import HostSpec
@@ -36,11 +39,13 @@ class SshdHostRuntime:
         clock_info: dict[str, float] | None = None,
         train_step_s: float | None = None,
         train_start_s: float | None = None,
+        wheelhouse: Path | None = None,
     ) -> None:
         self.root = Path(root)
         self.clock_info = clock_info
         self.train_step_s = train_step_s
         self.train_start_s = train_start_s
+        self.wheelhouse = wheelhouse
         self._sshd: dict[str, Sshd] = {}
         self._lock = threading.Lock()
 
@@ -66,15 +71,18 @@ class SshdHostRuntime:
                 train_start_s=self.train_start_s,
             )
             truth_path.write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
+            python = image_python("bare" if host.truth.image == "bare" else "trainer")
             env = {
                 "HOME": str(sandbox),
                 "TUNEHARNESS_SIM_TRUTH": str(truth_path),
                 "TUNEHARNESS_SIM_SANDBOX": str(sandbox),
-                "PATH": f"{Path(sys.executable).parent}:/usr/local/bin:/usr/bin:/bin",
+                "PATH": f"{python.parent}:/usr/local/bin:/usr/bin:/bin",
                 "PYTHONPATH": str(PROJECT_ROOT),
                 "HF_HUB_OFFLINE": "1",
                 "TRANSFORMERS_OFFLINE": "1",
             }
+            if self.wheelhouse is not None:
+                env["TUNEHARNESS_WHEELHOUSE"] = str(self.wheelhouse)
             # the job's env as a real host would set it; the simulator's own variables win
             env = {**{k: v for k, v in spec.env.items() if k.isidentifier()}, **env}
             sshd = existing or Sshd(base / "sshd", spec.ssh_public_key, workdir=sandbox, env=env)

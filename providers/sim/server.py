@@ -53,13 +53,18 @@ class SimServer:
         clock: ScaledClock | None = None,
         train_step_s: float | None = None,
         train_start_s: float | None = None,
+        wheelhouse: Path | None = None,
     ) -> None:
         self.trace = trace
         self.clock = clock or ScaledClock.starting_now(scale)
         self._own_root = root is None
         self.root = Path(root) if root is not None else Path(tempfile.mkdtemp(prefix="tuneharness-sim-"))
         self.runtime = SshdHostRuntime(
-            self.root / "hosts", clock_info=self.clock.to_dict(), train_step_s=train_step_s, train_start_s=train_start_s
+            self.root / "hosts",
+            clock_info=self.clock.to_dict(),
+            train_step_s=train_step_s,
+            train_start_s=train_start_s,
+            wheelhouse=wheelhouse,
         )
         self._wake = threading.Event()
         self._stopping = threading.Event()

@@ -70,6 +70,9 @@ def test_sim_host_reports_truth(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
         "tflops_bf16",
         "error",
         "simulated",
+        "stack",
+        "gpu_uuid",
+        "host_machine_id",
     }
 
 
