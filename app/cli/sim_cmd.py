@@ -10,7 +10,7 @@ from __future__ import annotations
 import typer
 
 # Every trace in providers/sim/traces (tests/unit/foundation checks the list stays whole).
-TRACE_HELP = "trace file, or a shipped trace name: smoke, proof, marketplace, adversarial, recovery, hangs"
+TRACE_HELP = "trace file, or a shipped trace name: smoke, proof, marketplace, adversarial, recovery, hangs, consumer"
 
 app = typer.Typer(help="The simulated marketplace of lying hosts.", no_args_is_help=True)
 

@@ -5,16 +5,19 @@ Vendors spell the same card many ways: Vast says `RTX 4090`, RunPod `NVIDIA GeFo
 `A100-SXM4-80GB`, `NVIDIA A100-SXM4-80GB`, `A100 PCIE`, `NVIDIA A100 80GB PCIe`. `canonical_gpu`
 maps all of them to one key so the preflight can check that the host is what the offer said.
 
-`EXPECTED_TFLOPS_BF16` is what a healthy card of that model should reach on the preflight's timed
-4096x4096 bf16 matmul (FP32 accumulate, as torch does it). Measured on the card where we could:
-`MEASURED_PREFLIGHT_TFLOPS_BF16`, from `bench/gpu.py` (an H200 reached 72% of its datasheet's dense
-peak, so the datasheet alone judged every healthy H200 `throttled`, 709 < 0.85 x 989.5). A card
-of a measured processor family takes that family's measured fraction of its own datasheet peak
-(the H100s: same processor as the H200). Every other card is expected at its datasheet peak times
-`ACHIEVED_FRACTION` (1.0), the convention the simulated marketplace reports in
-(`providers/sim/observe.py`: a healthy card reports this table's figure times its
-`tflops_factor`). Consumer Ampere/Ada cards come close to their peak on this matmul; until a card
-is measured, a real deployment can pass `expected_tflops` to the judgement.
+`DATASHEET_PEAK_TFLOPS_BF16` is each card's dense bf16 peak as its vendor documents it; no card
+reaches it on the preflight's timed 4096x4096 bf16 matmul (FP32 accumulate, as torch does it).
+Measured on the card where we could: `MEASURED_PREFLIGHT_TFLOPS_BF16`, from `bench/gpu.py` (an H200
+reached 72% of its datasheet's dense peak, so the datasheet alone judged every healthy H200
+`throttled`, 709 < 0.85 x 989.5). A card of a measured processor family takes that family's
+measured fraction of its own datasheet peak (the H100s: same processor as the H200).
+`EXPECTED_TFLOPS_BF16` is that table (other cards at their datasheet peak): the judgement's
+default when nothing better is known. The provisioning policy judges against what the model
+measured on our own machines instead (`app.policy.speeds`: healthy consumer cards reach 65-80% of
+their datasheet), with this module's measured figures as seeds and the datasheet as a floor.
+
+`hardware_key` names a host by the hardware the preflight read (the GPU's UUID, else the host's
+/etc/machine-id), for a vendor that names no machine.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ __all__ = [
     "MEASURED_PREFLIGHT_TFLOPS_BF16",
     "canonical_gpu",
     "expected_tflops_bf16",
+    "hardware_key",
     "same_gpu",
 ]
 
@@ -151,3 +155,13 @@ def expected_tflops_bf16(gpu_name: str) -> float | None:
     if key == "A100":
         return EXPECTED_TFLOPS_BF16["A100 SXM4"]
     return None
+
+
+def hardware_key(*, gpu_uuid: str | None, host_machine_id: str | None) -> str | None:
+    """The key a host's record is kept under when the vendor names no machine: the GPU's UUID
+    (`gpu:GPU-8f3c...`), else the host's /etc/machine-id (`host:...`); None if neither was read."""
+    uuid = (gpu_uuid or "").strip()
+    if uuid:
+        return f"gpu:{uuid}"
+    host = (host_machine_id or "").strip()
+    return f"host:{host}" if host else None

@@ -7,8 +7,13 @@ Output is a verdict: passed, or one named failure:
 - `no_compute`: CUDA did not initialise, the matmul was not finite, or the run errored;
 - `gpu_mismatch`: the reported model is not the offered one (vendor spellings normalised);
 - `vram_short`: less than 95% of the advertised VRAM;
-- `throttled`: measured bf16 TFLOP/s below 85% of what that model achieves (`app.policy.gpus`);
-  a model the table does not know is judged on the rest, with a warning;
+- `throttled`: measured bf16 TFLOP/s below what that model must reach: with `speed`, what
+  `app.policy.speeds` learned from our own passing preflights (85% of the median over machines,
+  a seed, or a floor); without it, 85% of `app.policy.gpus`' table. A model neither knows is
+  judged on the rest, with a warning;
+- `stack_missing`: the host's Python lacks a package of the trainer's stack (`TRAINER_STACK`,
+  the report's `stack`): the trainer would die at its first import. Judged after the hardware's
+  identity, before its speed; a report without a `stack` (an older preflight) is not judged on it;
 - `ssh_unreachable`, `timeout`: the preflight could not run or did not answer (`unreachable`).
 """
 
@@ -16,12 +21,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from app.policy.gpus import canonical_gpu, expected_tflops_bf16, same_gpu
+from app.policy.speeds import SpeedExpectation
 
 __all__ = [
+    "TRAINER_STACK",
     "PreflightFailure",
     "PreflightReport",
     "PreflightVerdict",
@@ -29,7 +36,23 @@ __all__ = [
     "unreachable",
 ]
 
-PreflightFailure = Literal["no_compute", "gpu_mismatch", "vram_short", "throttled", "ssh_unreachable", "timeout"]
+PreflightFailure = Literal[
+    "no_compute", "gpu_mismatch", "vram_short", "throttled", "stack_missing", "ssh_unreachable", "timeout"
+]
+
+# What `python -m trainer` imports (distribution names, as trainer/preflight.py's STACK_MODULES
+# reports them; a test keeps this list, that one and trainer/requirements.txt in agreement).
+TRAINER_STACK: tuple[str, ...] = (
+    "torch",
+    "transformers",
+    "peft",
+    "accelerate",
+    "bitsandbytes",
+    "safetensors",
+    "tokenizers",
+    "huggingface-hub",
+    "numpy",
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +69,11 @@ class PreflightReport:
     tflops_bf16: float | None = None
     error: str | None = None
     simulated: bool = False
+    # The hardware's own identity (the GPU's UUID, the host's /etc/machine-id), where it could be read.
+    gpu_uuid: str | None = None
+    host_machine_id: str | None = None
+    # The trainer's stack as this host's Python imports it: package -> version (absent: not importable).
+    stack: Mapping[str, str] = field(default_factory=dict)
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any]) -> PreflightReport:
@@ -69,6 +97,9 @@ class PreflightReport:
             tflops_bf16=_num("tflops_bf16"),
             error=_str("error"),
             simulated=bool(data.get("simulated", False)),
+            gpu_uuid=_str("gpu_uuid"),
+            host_machine_id=_str("host_machine_id"),
+            stack={str(k): str(v) for k, v in stack.items()} if isinstance(stack := data.get("stack"), Mapping) else {},
         )
 
 
@@ -85,6 +116,15 @@ def unreachable(kind: Literal["ssh_unreachable", "timeout"], detail: str) -> Pre
     return PreflightVerdict(False, kind, detail)
 
 
+def _stack_missing(report: PreflightReport) -> str | None:
+    """Evidence that the host cannot run the trainer, or None (complete, or no stack reported)."""
+    missing = [p for p in TRAINER_STACK if p not in report.stack] if report.stack else []
+    if not missing:
+        return None
+    has = ", ".join(f"{k} {v}" for k, v in sorted(report.stack.items()))
+    return f"the trainer's stack is incomplete: {', '.join(missing)} not importable (has {has})"
+
+
 def judge_preflight(
     report: PreflightReport,
     *,
@@ -93,8 +133,10 @@ def judge_preflight(
     min_vram_fraction: float = 0.95,
     min_tflops_fraction: float = 0.85,
     expected_tflops: float | None = None,
+    speed: SpeedExpectation | None = None,
 ) -> PreflightVerdict:
-    """Judge a preflight report against the offer. `expected_tflops` overrides the table."""
+    """Judge a preflight report against the offer. `expected_tflops` overrides the table; `speed`
+    (what `app.policy.speeds` learned for the model) overrides both."""
     if not report.cuda_initialised or not report.matmul_finite or report.error:
         why = report.error or ("CUDA did not initialise" if not report.cuda_initialised else "matmul not finite")
         return PreflightVerdict(False, "no_compute", f"no compute: {why}")
@@ -113,8 +155,12 @@ def judge_preflight(
             "vram_short",
             f"VRAM {report.vram_gb} GB < {min_vram_fraction:.0%} of advertised {offered_gpu_ram_gb:g} GB",
         )
+    if missing := _stack_missing(report):
+        return PreflightVerdict(False, "stack_missing", missing)
+    if speed is not None and speed.min_tflops_bf16 is not None:
+        return _judge_speed(report.gpu_name, tflops, speed)
     want = expected_tflops if expected_tflops is not None else expected_tflops_bf16(report.gpu_name)
-    if want is None:
+    if want is None or speed is not None:
         return PreflightVerdict(
             True,
             None,
@@ -130,4 +176,20 @@ def judge_preflight(
         )
     return PreflightVerdict(
         True, None, f"{report.gpu_name}: {tflops:.1f} bf16 TFLOP/s ({tflops / want:.0%} of expected)"
+    )
+
+
+def _judge_speed(gpu_name: str, tflops: float, speed: SpeedExpectation) -> PreflightVerdict:
+    """Throughput judged against what `app.policy.speeds` expects of the model."""
+    least = speed.min_tflops_bf16 or 0.0
+    want = speed.tflops_bf16 if speed.tflops_bf16 and speed.tflops_bf16 > 0 else least
+    if tflops < least:
+        return PreflightVerdict(
+            False,
+            "throttled",
+            f"{tflops:.1f} bf16 TFLOP/s < {least:.1f}, the least a healthy {speed.model} may reach "
+            f"({tflops / want:.0%} of {want:.1f}: {speed.describe()})",
+        )
+    return PreflightVerdict(
+        True, None, f"{gpu_name}: {tflops:.1f} bf16 TFLOP/s ({tflops / want:.0%} of {want:.1f}: {speed.describe()})"
     )

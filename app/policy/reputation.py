@@ -47,6 +47,7 @@ FailureReason = Literal[
     "gpu_mismatch",
     "vram_short",
     "throttled",
+    "stack_missing",
     "ssh_unreachable",
     "timeout",
     # during training (supervisor)
@@ -56,7 +57,7 @@ FailureReason = Literal[
 ]
 BOOT_FAILURES: frozenset[str] = frozenset({"boot_fatal", "boot_frozen", "boot_deadline", "boot_vanished"})
 PREFLIGHT_FAILURES: frozenset[str] = frozenset(
-    {"no_compute", "gpu_mismatch", "vram_short", "throttled", "ssh_unreachable", "timeout"}
+    {"no_compute", "gpu_mismatch", "vram_short", "throttled", "stack_missing", "ssh_unreachable", "timeout"}
 )
 RUN_FAILURES: frozenset[str] = frozenset({"lost", "hang", "train_failed"})
 FAILURE_REASONS: frozenset[str] = BOOT_FAILURES | PREFLIGHT_FAILURES | RUN_FAILURES

@@ -11,6 +11,8 @@ enough to run through the real-time fleet too (`sim campaign --driver celery`).
 `adversarial`: the duds are the cheapest offers and carry perfect reliability scores.
 `recovery`: hosts that vanish during training (`dies_at_s` after the pull), among marketplace duds.
 `hangs`: trainers that hang during training (`hangs_at_s` after the pull), among marketplace duds.
+`consumer`: consumer cards that reach 65-80% of their datasheet's bf16 peak when healthy
+(`gpu_models`), some throttled to 50-70% of a healthy card, one faster than the rest, among duds.
 """
 
 from __future__ import annotations
@@ -428,6 +430,59 @@ def hangs(seed: int = 2) -> dict[str, Any]:
     )
 
 
+# What a healthy card reaches on the preflight's matmul, as a fraction of its datasheet's bf16 peak.
+CONSUMER_MODELS = {"RTX 3090": 0.68, "RTX 4090": 0.78, "RTX A6000": 0.72}
+
+
+def consumer(seed: int = 3090) -> dict[str, Any]:
+    """36 hosts of consumer cards that never reach their datasheet: 12 duds of the marketplace's
+    kinds, 17 healthy (within 5% of their model's healthy speed, one 15% faster), 7 throttled to
+    50-70% of a healthy card of their model."""
+    rng = random.Random(seed)
+    workload: dict[str, Any] = {
+        "jobs": 6,
+        "image_gb": 8,
+        "model_gb": 15,
+        "train_seconds": 900,
+        "checkpoint_every_s": 300,
+        "disk_gb": 60,
+        "budget_usd": 20.0,
+    }
+    download_gb = workload["image_gb"] + workload["model_gb"]
+    kinds = ["freeze"] * 4 + ["fatal"] * 4 + ["stale_driver"] * 3 + ["vram_short"]
+    kinds += ["ok"] * 16 + ["fast"] + ["throttled"] * 7
+    rng.shuffle(kinds)
+    hosts: list[dict[str, Any]] = []
+    for i, kind in enumerate(kinds):
+        # the throttled hosts and every other healthy one are cheap, so the policy meets them early
+        offer = _offer(rng, cheap=True if kind == "throttled" or (kind == "ok" and i % 2) else None)
+        if offer["gpu_name"] not in CONSUMER_MODELS:
+            offer.update(gpu_name="RTX 3090", gpu_ram_gb=24)
+        if kind == "throttled":
+            offer["reliability"] = round(rng.uniform(0.99, 1.0), 4)
+        if kind in ("ok", "fast", "throttled"):
+            truth = _healthy(rng, download_gb)
+            if kind == "ok":
+                truth["tflops_factor"] = round(rng.uniform(0.95, 1.05), 3)
+            elif kind == "fast":
+                truth["tflops_factor"] = 1.15
+            else:
+                truth["tflops_factor"] = round(rng.uniform(0.5, 0.7), 2)
+        else:
+            truth = _dud(rng, kind, offer, download_gb)
+        hosts.append(
+            {"machine_id": f"c-{3000 + i * 7 + rng.randrange(7)}", "note": kind, "offer": offer, "truth": truth}
+        )
+    return {
+        "format": TRACE_FORMAT,
+        "name": "consumer",
+        "description": "consumer cards at 65-80% of their datasheet when healthy; some throttled to 50-70% of that",
+        "gpu_models": {name: {"healthy_fraction": f} for name, f in CONSUMER_MODELS.items()},
+        "workload": workload,
+        "hosts": hosts,
+    }
+
+
 TRACES = {
     "smoke": smoke,
     "proof": proof,
@@ -435,6 +490,7 @@ TRACES = {
     "adversarial": adversarial,
     "recovery": recovery,
     "hangs": hangs,
+    "consumer": consumer,
 }
 
 

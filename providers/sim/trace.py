@@ -11,15 +11,18 @@ from __future__ import annotations
 
 import json
 import math
+import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from app.errors import UserError
+from app.policy.gpus import canonical_gpu
 
 __all__ = [
     "TRACE_FORMAT",
+    "GpuModelTruth",
     "HostOffer",
     "HostSpec",
     "HostTruth",
@@ -29,6 +32,7 @@ __all__ = [
     "load_trace",
     "parse_trace",
     "shipped_trace_path",
+    "sim_hardware_ids",
 ]
 
 TRACE_FORMAT = "tuneharness-market-trace/1"
@@ -69,6 +73,7 @@ class HostOffer:
     inet_down_mbps: float | None = None
     reliability: float | None = None
     cuda_max: str | None = None
+    datacenter: bool = False  # a datacenter host (what `OfferQuery.datacenter_only` asks for)
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,9 +88,20 @@ class HostTruth:
     fatal_at_s: float | None = None
     fatal_status: str | None = None
     computes: bool = True
+    # The image the host runs: "trainer" holds the trainer's whole stack, "bare" only torch (a
+    # pytorch runtime image); there the bootstrap installs the stack, taking `install_s`.
+    image: str = "trainer"
+    install_s: float = 60.0
     tflops_factor: float = 1.0
     dies_at_s: float | None = None
     hangs_at_s: float | None = None
+    # What a healthy card of the actual model reaches on the preflight's matmul, as a fraction of
+    # its datasheet peak: the trace's `gpu_models`, filled in by the loader (1.0 when not listed).
+    healthy_fraction: float = 1.0
+    # The hardware's own identity as the preflight reads it; the loader derives a stable one from
+    # the machine id when the trace does not give it (the same values on two listings: one host).
+    gpu_uuid: str | None = None
+    host_machine_id: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {f: getattr(self, f) for f in self.__dataclass_fields__}
@@ -100,11 +116,19 @@ class HostSpec:
 
 
 @dataclass(frozen=True, slots=True)
+class GpuModelTruth:
+    """What every healthy card of one GPU model does, whoever hosts it."""
+
+    healthy_fraction: float = 1.0  # of its datasheet's bf16 peak, on the preflight's matmul
+
+
+@dataclass(frozen=True, slots=True)
 class Trace:
     name: str
     workload: Workload
     hosts: tuple[HostSpec, ...]
     source: str = ""
+    gpu_models: Mapping[str, GpuModelTruth] = field(default_factory=dict)  # canonical model -> truth
 
     def host(self, machine_id: str) -> HostSpec:
         for h in self.hosts:
@@ -228,12 +252,25 @@ class _Checker:
         return value
 
 
+IMAGES = ("trainer", "bare")
+
+
+def _image(c: _Checker, t: Mapping[str, Any], where: str) -> str:
+    image = c.string(t, "image", where, default="trainer") or "trainer"
+    if image not in IMAGES:
+        raise c.fail(
+            f"{where}.image", f"must be one of {', '.join(IMAGES)}, got {_show(image)}", 'write "bare" or "trainer"'
+        )
+    return image
+
+
 def _show(value: Any) -> str:
     text = json.dumps(value) if not isinstance(value, float | int) or isinstance(value, bool) else repr(value)
     return text if len(text) <= 40 else text[:37] + "..."
 
 
-_TOP_FIELDS = ("format", "name", "workload", "hosts", "description")
+_TOP_FIELDS = ("format", "name", "workload", "hosts", "description", "gpu_models")
+_GPU_MODEL_FIELDS = ("healthy_fraction",)
 _WORKLOAD_FIELDS = ("jobs", "image_gb", "model_gb", "train_seconds", "checkpoint_every_s", "disk_gb", "budget_usd")
 _HOST_FIELDS = ("machine_id", "offer", "truth", "note")
 _OFFER_FIELDS = (
@@ -246,6 +283,7 @@ _OFFER_FIELDS = (
     "inet_down_mbps",
     "reliability",
     "cuda_max",
+    "datacenter",
 )
 _TRUTH_FIELDS = (
     "pull_mbps",
@@ -254,11 +292,15 @@ _TRUTH_FIELDS = (
     "fatal_at_s",
     "fatal_status",
     "computes",
+    "image",
+    "install_s",
     "actual_gpu_ram_gb",
     "actual_gpu_name",
     "tflops_factor",
     "dies_at_s",
     "hangs_at_s",
+    "gpu_uuid",
+    "host_machine_id",
 )
 
 
@@ -288,14 +330,33 @@ def parse_trace(data: Any, *, source: str = "") -> Trace:
     if workload.download_gb <= 0:
         raise c.fail("workload.image_gb", "image_gb + model_gb must be > 0", "give the image or model a size")
 
+    models: dict[str, GpuModelTruth] = {}
+    for model, raw in c.obj(top.get("gpu_models", {}), "gpu_models").items():
+        mw = f"gpu_models.{model}"
+        m = c.obj(raw, mw)
+        c.no_unknown(m, _GPU_MODEL_FIELDS, mw)
+        fraction = c.number(m, "healthy_fraction", mw, default=1.0, positive=True, maximum=1.5) or 1.0
+        models[canonical_gpu(model)] = GpuModelTruth(healthy_fraction=fraction)
+
     raw_hosts = top.get("hosts")
     if not isinstance(raw_hosts, list) or not raw_hosts:
         raise c.fail("hosts", f"must be a non-empty list, got {_show(raw_hosts)}", "list at least one host")
     hosts: list[HostSpec] = []
     seen: dict[str, int] = {}
     for i, raw in enumerate(raw_hosts):
-        hosts.append(_parse_host(c, i, raw, seen))
-    return Trace(name=name, workload=workload, hosts=tuple(hosts), source=source)
+        host = _parse_host(c, i, raw, seen)
+        known = models.get(canonical_gpu(host.truth.actual_gpu_name))
+        if known is not None:
+            host = replace(host, truth=replace(host.truth, healthy_fraction=known.healthy_fraction))
+        hosts.append(host)
+    return Trace(name=name, workload=workload, hosts=tuple(hosts), source=source, gpu_models=models)
+
+
+def sim_hardware_ids(machine_id: str) -> tuple[str, str]:
+    """The GPU UUID and /etc/machine-id a simulated machine reports: stable per machine id."""
+    gpu = uuid.uuid5(uuid.NAMESPACE_URL, f"tuneharness-sim:gpu:{machine_id}")
+    host = uuid.uuid5(uuid.NAMESPACE_URL, f"tuneharness-sim:host:{machine_id}")
+    return f"GPU-{gpu}", host.hex
 
 
 def _parse_host(c: _Checker, i: int, raw: Any, seen: dict[str, int]) -> HostSpec:
@@ -333,6 +394,7 @@ def _parse_host(c: _Checker, i: int, raw: Any, seen: dict[str, int]) -> HostSpec
         inet_down_mbps=c.number(o, "inet_down_mbps", ow, default=None, positive=True),
         reliability=c.number(o, "reliability", ow, default=None, minimum=0, maximum=1),
         cuda_max=cuda_max,
+        datacenter=c.boolean(o, "datacenter", ow, default=False),
     )
 
     tw = f"{where}.truth"
@@ -354,11 +416,15 @@ def _parse_host(c: _Checker, i: int, raw: Any, seen: dict[str, int]) -> HostSpec
         fatal_at_s=fatal_at,
         fatal_status=fatal_status,
         computes=c.boolean(t, "computes", tw, default=True),
+        image=_image(c, t, tw),
+        install_s=c.number(t, "install_s", tw, default=60.0, minimum=0) or 0.0,
         actual_gpu_ram_gb=c.number(t, "actual_gpu_ram_gb", tw, default=offer.gpu_ram_gb, positive=True)
         or offer.gpu_ram_gb,
         actual_gpu_name=c.string(t, "actual_gpu_name", tw, default=offer.gpu_name) or offer.gpu_name,
         tflops_factor=c.number(t, "tflops_factor", tw, default=1.0, positive=True, maximum=2.0) or 1.0,
         dies_at_s=c.number(t, "dies_at_s", tw, default=None, minimum=0),
         hangs_at_s=c.number(t, "hangs_at_s", tw, default=None, minimum=0),
+        gpu_uuid=c.string(t, "gpu_uuid", tw, default=sim_hardware_ids(machine_id)[0]),
+        host_machine_id=c.string(t, "host_machine_id", tw, default=sim_hardware_ids(machine_id)[1]),
     )
     return HostSpec(index=i, machine_id=machine_id, offer=offer, truth=truth)

@@ -8,7 +8,7 @@ comes from the marketplace's own billing and truth (docs/simulation.md).
 
 from __future__ import annotations
 
-from providers.sim.campaign.driver import POLICIES, Campaign, CampaignResult
+from providers.sim.campaign.driver import POLICIES, Campaign, CampaignResult, SpeedMemory
 from providers.sim.campaign.referee import RECEIPT_FIELDS, is_dead_host
 from providers.sim.trace import Trace, load_trace
 
@@ -17,6 +17,7 @@ __all__ = [
     "RECEIPT_FIELDS",
     "Campaign",
     "CampaignResult",
+    "SpeedMemory",
     "is_dead_host",
     "run_campaign",
     "run_campaign_file",
@@ -33,12 +34,15 @@ def run_campaign(
     standby_hosts: int | None = None,
     progress_hedge_max: int | None = None,
     monitor_s: float | None = None,
+    known_speeds: SpeedMemory | None = None,
 ) -> CampaignResult:
     """Replay one campaign in virtual time; the receipt comes from the simulator's referee.
 
     `standby_hosts` overrides the policy's warm standby pool (default: the policy's, 0);
     `progress_hedge_max` its extra rentals per waiting recovery whose chains pull slowly (default:
-    the policy's, 0; naive never hedges); `monitor_s` the supervisor's poll period (default 30 s).
+    the policy's, 0; naive never hedges); `monitor_s` the supervisor's poll period (default 30 s);
+    `known_speeds` the GPU speeds an earlier campaign measured (`CampaignResult.speeds`; default:
+    none, a deployment starting cold).
     """
     c = Campaign(
         trace,
@@ -49,9 +53,16 @@ def run_campaign(
         standby_hosts=standby_hosts,
         progress_hedge_max=progress_hedge_max,
         monitor_s=monitor_s,
+        known_speeds=known_speeds,
     )
     receipt = c.run()
-    return CampaignResult(receipt=receipt, ledger=c.ledger, unfinished=dict(c.failed), recovery_facts=c.recovery_facts)
+    return CampaignResult(
+        receipt=receipt,
+        ledger=c.ledger,
+        unfinished=dict(c.failed),
+        recovery_facts=c.recovery_facts,
+        speeds={model: {m: list(v) for m, v in machines.items()} for model, machines in c.speeds.items()},
+    )
 
 
 def run_campaign_file(

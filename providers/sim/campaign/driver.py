@@ -21,7 +21,7 @@ import heapq
 import itertools
 import math
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -46,7 +46,7 @@ from app.policy.fleet import (
     reservation_usd,
     standby_wanted,
 )
-from app.policy.gpus import expected_tflops_bf16, same_gpu
+from app.policy.gpus import canonical_gpu, hardware_key, same_gpu
 from app.policy.preflight import PreflightReport
 from app.policy.provisioning import (
     Adopt,
@@ -91,6 +91,7 @@ from app.policy.reputation import (
     record_slice_finished,
 )
 from app.policy.retry import HeldHost
+from app.policy.speeds import SpeedSample, speed_model
 from app.policy.supervision import HostProbe, SupervisorConfig, assess, route_triage, stop_job
 from app.triage.rules import classify
 from beat_schedule import period_s
@@ -98,6 +99,7 @@ from providers.sim.campaign.referee import TrainerSpan, receipt
 from providers.sim.campaign.trainer import CUDA_ERROR, OOM_ERROR, OOM_S, TRAINER_CRASH_S, SimTrainer
 from providers.sim.clock import VirtualClock
 from providers.sim.market import SimMarket
+from providers.sim.observe import bootstrap_s, datasheet_tflops_bf16, healthy_tflops_bf16, image_stack
 from providers.sim.trace import Trace
 
 __all__ = ["POLICIES", "Campaign", "CampaignResult"]
@@ -117,6 +119,9 @@ HOLDS_CHECK_S = period_s("held-hosts")
 POOL = "campaign"  # the one standby pool's owner
 
 
+SpeedMemory = Mapping[str, Mapping[str, Sequence[float]]]
+
+
 @dataclass
 class CampaignResult:
     """The referee's receipt (exactly the documented fields), the decisions made, and the jobs
@@ -128,6 +133,9 @@ class CampaignResult:
     # Per recovery, from the referee: `detect_s` (loss to the lost host stopped) and
     # `replacement_pull_s` (the image pull of the host the job resumed on).
     recovery_facts: list[dict[str, float]] = field(default_factory=list)
+    # What the campaign learned of GPU speeds (GPU model -> machine -> TFLOP/s of each passing
+    # preflight), the memory a later campaign can start from (`known_speeds`).
+    speeds: SpeedMemory = field(default_factory=dict)
 
 
 @dataclass
@@ -153,12 +161,18 @@ class Campaign:
         standby_hosts: int | None = None,
         progress_hedge_max: int | None = None,
         monitor_s: float | None = None,
+        bootstrap: bool = True,
+        known_speeds: SpeedMemory | None = None,
     ) -> None:
         if policy not in POLICIES:
             raise ValueError(f"unknown policy {policy!r}; known: {sorted(POLICIES)}")
         self.trace = trace
         self.policy = policy
         self.trace_label = trace_label
+        # `python -m trainer bootstrap` before each first preflight (TUNEHARNESS_BOOTSTRAP in real
+        # time); the instances whose disk already holds the stack it installed
+        self.bootstrap = bootstrap
+        self.stack_installed: set[str] = set()
         self.cfg = POLICIES[policy]()
         if standby_hosts is not None:
             if standby_hosts < 0:
@@ -200,6 +214,13 @@ class Campaign:
         self.queue: list[tuple[float, int, int, str, str, Any]] = []
         self.seq = itertools.count()
         self.records: dict[str, MachineRecord] = {}
+        # The campaign's memory of passing preflights: GPU model -> machine -> bf16 TFLOP/s measured.
+        # `known_speeds` starts it with what earlier campaigns measured (production keeps this memory
+        # in its database across jobs: a deployment that has run before is not starting cold).
+        self.speeds: dict[str, dict[str, list[float]]] = {
+            model: {machine: list(values) for machine, values in machines.items()}
+            for model, machines in (known_speeds or {}).items()
+        }
         self.held: dict[str, HeldHost] = {}
         self.live: dict[str, _Live] = {}  # instance id -> what we rented it for
         self.trainers: dict[str, SimTrainer] = {}  # instance id -> trainer
@@ -255,7 +276,7 @@ class Campaign:
             elif kind == "preflight":
                 owner = self._job_of_instance(payload[0])  # the attempt may have been handed over
                 if owner is not None and self.jobs[owner].phase == "preflight":
-                    self._feed(owner, payload[1])
+                    self._feed(owner, self._with_knowledge(payload[1]))
             elif kind == "oracle":
                 iid, reason, evidence = payload
                 owner = self._job_of_instance(iid)
@@ -553,6 +574,11 @@ class Campaign:
         """Decide on the observation and apply the actions (the shared interpreter)."""
         drive(self.jobs[job_id], obs, self, self.cfg)
 
+    def _samples(self, gpu_name: str) -> tuple[SpeedSample, ...]:
+        """The passing preflights of this GPU model the campaign has seen (its memory of speeds)."""
+        by_machine = self.speeds.get(speed_model(gpu_name), {})
+        return tuple(SpeedSample(machine, value) for machine, values in by_machine.items() for value in values)
+
     def _view(self, job: JobState) -> MarketView:
         offers = self.market.search_offers(OfferQuery(limit=0))
         budget_left = None
@@ -756,6 +782,8 @@ class Campaign:
             rec = record_boot(rec, now=now)
         elif act.event == "preflight_passed":
             rec = record_preflight_passed(rec, now=now)
+            if act.gpu_model is not None and act.tflops_bf16 is not None:
+                self.speeds.setdefault(act.gpu_model, {}).setdefault(act.machine_id, []).append(act.tflops_bf16)
         elif act.event == "slice_finished":
             rec = record_slice_finished(rec, now=now)
         else:
@@ -775,14 +803,33 @@ class Campaign:
         )
         self.records[machine_id] = rec
 
+    def _with_knowledge(self, res: PreflightResult) -> PreflightResult:
+        """The preflight's result with what the campaign has learned by now: the passing preflights
+        of the reported model, and the record of the hardware the report identifies."""
+        report = res.report
+        if report is None:
+            return res
+        hw = hardware_key(gpu_uuid=report.gpu_uuid, host_machine_id=report.host_machine_id)
+        return replace(
+            res, speeds=self._samples(report.gpu_name or ""), hardware=None if hw is None else self.records.get(hw)
+        )
+
     def run_preflight(self, job: JobState, act: RunPreflight) -> None:
         raw = self.referee.preflight_report(act.instance_id)
+        installing_s = 0.0
+        if raw is not None and self.bootstrap:  # the bootstrap first, in the preflight's time
+            truth = self.referee.truth_of(act.instance_id)
+            installing_s = bootstrap_s(truth, cached=act.instance_id in self.stack_installed)
+            self.stack_installed.add(act.instance_id)
+            raw = {**raw, "stack": image_stack(truth.image, bootstrapped=True)}
         res = (
             PreflightResult(None, "ssh_unreachable", "no SSH endpoint")
             if raw is None
             else PreflightResult(PreflightReport.from_mapping(raw))
         )
-        took = PREFLIGHT_NO_CUDA_S if raw is not None and not raw.get("cuda_initialised") else PREFLIGHT_S
+        took = installing_s + (
+            PREFLIGHT_NO_CUDA_S if raw is not None and not raw.get("cuda_initialised") else PREFLIGHT_S
+        )
         self._push(self.clock.now() + took, "preflight", act.job_id, (act.instance_id, res), prio=0)
 
     def start_training(self, job: JobState, act: StartTraining) -> None:
@@ -881,7 +928,11 @@ class Campaign:
         host = self.referee.host_of(iid)
         created = live.created_at if live is not None else now
         speed = truth.tflops_factor
-        want, got = expected_tflops_bf16(host.offer.gpu_name), expected_tflops_bf16(truth.actual_gpu_name)
+        # a card of another model than offered computes at its own model's healthy speed
+        offered = self.trace.gpu_models.get(canonical_gpu(host.offer.gpu_name))
+        want = datasheet_tflops_bf16(host.offer.gpu_name)
+        want = None if want is None else want * (offered.healthy_fraction if offered else 1.0)
+        got = healthy_tflops_bf16(truth)
         if want and got and not same_gpu(host.offer.gpu_name, truth.actual_gpu_name):
             speed *= got / want
         fails_at: float | None = None
