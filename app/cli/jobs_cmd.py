@@ -1,32 +1,130 @@
-"""`tuneharness submit JOB.yaml` and `tuneharness jobs`: hand work to the fleet and see its phase."""
+"""`tuneharness submit JOB.yaml`, `tuneharness jobs` and `tuneharness extend JOB`: hand work to the
+fleet, see its phase, and give a job's running hosts more time before their kill-time."""
 
 from __future__ import annotations
 
 import json
-from typing import Annotated
+import math
+import time
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+if TYPE_CHECKING:
+    from app.services.submit_plan import SubmitPlan
+
 
 def register(cli: typer.Typer) -> None:
-    """Add `submit` and `jobs` as top-level commands."""
+    """Add `submit`, `jobs` and `extend` as top-level commands."""
     cli.command("submit")(submit)
     cli.command("jobs")(jobs)
+    cli.command("extend")(extend)
 
 
 def submit(
     job_file: Annotated[str, typer.Argument(help="the job file (YAML)")],
     check: Annotated[bool, typer.Option("--check", help="only validate the file; enqueue nothing")] = False,
+    dry_run: Annotated[
+        bool,
+        typer.Option(
+            "--dry-run",
+            help="show the offers it would rent now, their all-in cost, kill-time and reservations; "
+            "create, reserve and enqueue nothing",
+        ),
+    ] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="print JSON (the job id, or the --dry-run plan)")] = False,
+    top: Annotated[int, typer.Option("--top", help="--dry-run: how many offers to show (1-50)")] = 5,
 ) -> None:
     """Validate a job file, record the job and enqueue it; print its id. The fleet does the rest."""
-    from app.api import submit as submit_job
+    from app.errors import UserError
     from app.jobs import load_job_file
 
+    if check and dry_run:
+        raise UserError("--check and --dry-run are two different answers. Fix: pass one of them")
+    if not 1 <= top <= 50:
+        raise UserError(f"--top {top} is not in 1..50. Fix: e.g. --top 5")
     spec = load_job_file(job_file)
     if check:
-        typer.echo(f"{job_file}: ok ({spec.name})")
+        typer.echo(json.dumps({"ok": True, "name": spec.name}) if as_json else f"{job_file}: ok ({spec.name})")
         return
-    typer.echo(submit_job(spec))
+    if dry_run:
+        from app import bootstrap
+        from app.services.submit_plan import plan_submission
+
+        svc = bootstrap.provisioning()
+        plan = plan_submission(spec, svc, now=svc.clock.now(), top=top)
+        if as_json:
+            typer.echo(json.dumps(plan.to_dict(), indent=2))
+        else:
+            _print_plan(plan)
+        return
+    from app.api import submit as submit_job
+
+    job_id = submit_job(spec)
+    typer.echo(json.dumps({"job_id": job_id}) if as_json else job_id)
+
+
+def _when(epoch: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(epoch))
+
+
+def _print_plan(plan: SubmitPlan) -> None:
+    runs = f"{plan.runs} training runs (one per gate seed), each" if plan.runs > 1 else "one training run"
+    budget = "no cap of its own" if plan.budget_per_run_usd is None else f"a ${plan.budget_per_run_usd:.2f} cap"
+    typer.echo(f"dry run of {plan.source} ({plan.name}): nothing created, reserved or enqueued")
+    typer.echo(f"{runs} with {budget}; searched {', '.join(plan.providers)}: {plan.searched} offer(s)")
+    if plan.offers:
+        typer.echo("what provisioning would try first, in order (expected $: failed attempts priced in):")
+    for o in plan.offers:
+        gpus = "" if o.offer.num_gpus == 1 else f"{o.offer.num_gpus}x "
+        typer.echo(
+            f"{o.rank:>2}. {o.offer.provider}:{o.offer.offer_id}  {gpus}{o.offer.gpu_name}  "
+            f"${o.all_in_usd_per_hour:.4f}/h all-in  expected ${o.delivered_usd:.4f}  "
+            f"kill after {o.kill_after_s / 3600.0:.1f} h"
+        )
+        reserves = ", ".join(
+            (f"{r.cap} ${r.amount:.2f}" if r.unit == "usd" else f"{r.cap} {r.amount:.1f} min")
+            + ("" if r.left_before is None else f" of {r.left_before:.2f} left")
+            for r in o.reservations
+        )
+        typer.echo(f"    reserves {reserves or 'nothing (no cap)'}")
+    if plan.offers:
+        typer.echo(
+            f"the first rental would be stopped at {_when(plan.offers[0].kill_at)} unless extended "
+            "(tuneharness extend JOB --hours H)"
+        )
+    for note in plan.notes:
+        typer.echo(f"note: {note}")
+
+
+def extend(
+    job: Annotated[str, typer.Argument(help="the job id (tuneharness jobs)")],
+    hours: Annotated[float, typer.Option("--hours", help="move each host's kill-time this much later")],
+    reason: Annotated[str, typer.Option("--reason", help="why, for the ledger")] = "operator: the job needs longer",
+) -> None:
+    """Give a job's hosts more time: their kill-time moves later, one ledger event each (a job
+    paused at its kill-time resumes on the same host)."""
+    from app import bootstrap
+    from app.errors import UserError
+    from app.rentals import MAX_EXTEND_S, Rentals
+
+    if not (math.isfinite(hours) and 0 < hours <= MAX_EXTEND_S / 3600.0):
+        raise UserError(
+            f"--hours {hours:g} is not in (0, {MAX_EXTEND_S / 3600.0:g}]. Fix: give the extra hours, e.g. --hours 2"
+        )
+    store = bootstrap.jobs()
+    if store.get(job) is None:
+        raise UserError(f"no job {job!r}. Fix: pick an id from `tuneharness jobs`")
+    rentals = Rentals(bootstrap.engine(), ledger=bootstrap.ledger())
+    ids = [job, *(r.job_id for r in store.runs(job).values() if r is not None)]
+    # stopped ones too: a job paused at its kill-time resumes once its host's kill-time lies ahead
+    running = [r for jid in ids for r in rentals.all(states=("intent", "active", "stopped"), job=jid)]
+    if not running:
+        raise UserError(f"job {job} has no host to extend. Fix: check `tuneharness status`")
+    for r in running:
+        after = rentals.extend_kill_time(r.id, by_s=hours * 3600.0, reason=reason, now=time.time())
+        if after is not None:
+            typer.echo(f"{r.instance_id or r.id}: kill-time {_when(r.kill_at)} -> {_when(after.kill_at)}")
 
 
 def jobs(as_json: Annotated[bool, typer.Option("--json", help="print a JSON list")] = False) -> None:

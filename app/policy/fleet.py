@@ -23,12 +23,15 @@ from app.market import Offer
 from app.policy.bootwatch import pull_rate_gb_per_s
 from app.policy.guardrails import budget_level
 from app.policy.provisioning import JobState, ProvisioningConfig, hedge_width
-from app.policy.ranking import JobShape, attempt_cost_usd
+from app.policy.ranking import JobShape, attempt_cost_usd, pull_seconds
 from app.policy.reputation import MachineRecord
 from app.policy.retry import HeldHost, standby_pool_size
 
 __all__ = [
     "DEFAULT_REFILL_S",
+    "KILL_MARGIN_FACTOR",
+    "KILL_MARGIN_S",
+    "MAX_KILL_AFTER_S",
     "Drop",
     "Exposure",
     "HeldLook",
@@ -41,6 +44,7 @@ __all__ = [
     "exposure",
     "hold_terms",
     "judge_held",
+    "kill_after_s",
     "pool_missing",
     "pool_target",
     "pull_rate_seen",
@@ -265,6 +269,31 @@ def reservation_usd(
         disk_gb=shape.disk_gb if disk_gb is None else disk_gb,
         overhead_s=shape.overhead_s,
     )
+
+
+# A rental's kill-time: its expected life (the pull at the offer's speed, the training, the
+# overhead) times a margin for a slower host, plus a fixed margin; never more than a week.
+KILL_MARGIN_FACTOR = 1.5
+KILL_MARGIN_S = 3600.0
+MAX_KILL_AFTER_S = 7 * 24 * 3600.0
+
+
+def kill_after_s(offer: Offer, shape: JobShape, *, waits_s: float = 0.0) -> float:
+    """How long after its create a rental for this job on `offer` is stopped by the reaper.
+
+    The job's own `shape.kill_after_s` when it names one; else KILL_MARGIN_FACTOR x (pull at the
+    offer's download speed + training + overhead) + KILL_MARGIN_S, at most MAX_KILL_AFTER_S.
+    `waits_s`: how long the host may wait before it trains (a standby host's hold) comes on top.
+    A job that needs longer extends the kill-time deliberately (`Rentals.extend_kill_time`).
+    """
+    if shape.kill_after_s is not None:
+        return shape.kill_after_s + waits_s
+    life_s = (
+        pull_seconds(download_gb=shape.download_gb, inet_down_mbps=offer.inet_down_mbps)
+        + shape.train_s
+        + shape.overhead_s
+    )
+    return min(MAX_KILL_AFTER_S, KILL_MARGIN_FACTOR * life_s + KILL_MARGIN_S) + waits_s
 
 
 def budget_verdict(

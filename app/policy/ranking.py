@@ -20,7 +20,8 @@ platform's own filter; the naive renter); `"prior"` ranks every offer and lets t
 in only as the prior of p, as the guarded policy does: measured on marketplace-shaped traces, the
 floor pushed renters onto dear, traffic-billing duds with shiny scores while cheaper zero-traffic
 hosts below 0.98 delivered as often (docs/simulation.md). A hard floor
-(`Requirements.reliability_floor_soft=False`) filters in both modes.
+(`Requirements.reliability_floor_soft=False`, what a job file's `needs.min_reliability` asks for)
+filters in both modes.
 
 (The all-in price formula is `app.policy.pricing.expected_cost`, shared with the market CLI; this
 module adds the per-job life, the delivery probability and the price of failure.)
@@ -28,6 +29,7 @@ module adds the per-job life, the delivery probability and the price of failure.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Literal
@@ -51,6 +53,7 @@ __all__ = [
     "Requirements",
     "attempt_cost_usd",
     "failed_attempt_cost_usd",
+    "implausible_numbers",
     "machine_key",
     "market_delivery_rate",
     "offer_rejection",
@@ -79,6 +82,9 @@ class Requirements:
     min_inet_down_mbps: float = 0.0
     max_dph: float | None = None
     providers: tuple[str, ...] = ()
+    # Only datacenter hosts (Vast's datacenter offers, RunPod's secure cloud). Offers carry no such
+    # field: the market adapters filter on `OfferQuery.datacenter_only`, which this sets.
+    datacenter_only: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +95,7 @@ class JobShape:
     train_s: float  # training at full speed
     disk_gb: float  # disk billed as storage from create to destroy
     overhead_s: float = 120.0  # preflight, bundle push, adapter pull
+    kill_after_s: float | None = None  # a rental's kill-time after its create (None: derived, app.policy.fleet)
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,6 +143,25 @@ def attempt_cost_usd(
     ).expected_cost_usd
 
 
+def implausible_numbers(offer: Offer) -> str | None:
+    """Why the vendor's numbers for this offer cannot be believed (a NaN, an infinity, a negative
+    price or a reliability outside [0, 1] would rank anywhere), or None when they can."""
+    checks = (
+        ("price", offer.dph_total, False, None),
+        ("VRAM", offer.gpu_ram_gb, False, None),
+        ("storage price", offer.storage_per_gb_month, True, None),
+        ("traffic price", offer.inet_down_per_gb, True, None),
+        ("download speed", offer.inet_down_mbps, True, None),
+        ("reliability", offer.reliability, True, 1.0),
+    )
+    for name, value, optional, highest in checks:
+        if value is None and optional:
+            continue
+        if value is None or not math.isfinite(value) or value < 0 or (highest is not None and value > highest):
+            return f"vendor's {name} {value!r} is not a finite number in range: offer ignored"
+    return None
+
+
 def offer_rejection(
     offer: Offer,
     req: Requirements,
@@ -145,6 +171,9 @@ def offer_rejection(
     excluded: frozenset[str] = frozenset(),
 ) -> str | None:
     """Why this offer may not be rented for the job, or None when it may."""
+    bad = implausible_numbers(offer)
+    if bad is not None:
+        return bad
     key = machine_key(offer)
     if key in excluded:
         return "excluded for this job"

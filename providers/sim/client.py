@@ -12,6 +12,7 @@ from app.market import (
     Offer,
     OfferGone,
     OfferQuery,
+    PriceIncrease,
     ProviderBusy,
     ProviderError,
 )
@@ -91,6 +92,13 @@ class SimClientMarket:
 
     def destroy(self, instance_id: str) -> None:
         self._call("DELETE", f"/v1/instances/{instance_id}")
+
+    def pending_price_increases(self) -> list[PriceIncrease]:
+        """The simulated hosts never raise their price."""
+        return []
+
+    def answer_price_increase(self, increase: PriceIncrease, *, accept: bool) -> bool:
+        return False
 
     def referee_bills(self) -> list[dict[str, Any]]:
         """The simulator's own billing from truth (for the demo's receipt, never for policy)."""

@@ -33,6 +33,7 @@ from app.market import (
     Offer,
     OfferGone,
     OfferQuery,
+    PriceIncrease,
     ProviderError,
     SSHEndpoint,
 )
@@ -167,6 +168,8 @@ class SimMarket:
                     continue
                 if query.max_dph is not None and o.dph > query.max_dph:
                     continue
+                if query.datacenter_only and not o.datacenter:
+                    continue
                 offers.append(self._offer(h))
             offers.sort(key=lambda x: (x.dph_total, x.offer_id))
             return offers[: query.limit] if query.limit else offers
@@ -247,6 +250,13 @@ class SimMarket:
             inst.destroyed_at = now
             self._sync()
         self._changed()
+
+    def pending_price_increases(self) -> list[PriceIncrease]:
+        """The simulated hosts never raise their price."""
+        return []
+
+    def answer_price_increase(self, increase: PriceIncrease, *, accept: bool) -> bool:
+        return False
 
     # -- time-driven transitions ---------------------------------------------------------
     def sync(self) -> float | None:
@@ -386,6 +396,7 @@ class SimMarket:
             "inet_down_mbps": o.inet_down_mbps,
             "reliability": o.reliability,
             "cuda_max": o.cuda_max,
+            "datacenter": o.datacenter,
         }
         return Offer(
             provider=PROVIDER,

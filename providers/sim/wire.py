@@ -102,6 +102,7 @@ def query_to_json(q: OfferQuery) -> dict[str, Any]:
         "max_dph": q.max_dph,
         "disk_gb": q.disk_gb,
         "limit": q.limit,
+        "datacenter_only": q.datacenter_only,
     }
 
 
@@ -113,4 +114,5 @@ def query_from_json(d: dict[str, Any]) -> OfferQuery:
         max_dph=d.get("max_dph"),
         disk_gb=float(d.get("disk_gb") or 0.0),
         limit=int(d["limit"]) if d.get("limit") is not None else 64,
+        datacenter_only=bool(d.get("datacenter_only", False)),
     )
