@@ -18,7 +18,8 @@ never held the job's work (money invariant 3).
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+import math
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -26,10 +27,10 @@ from sqlalchemy import Engine, select
 from sqlmodel import Field, SQLModel
 
 from app.budget import Budget, Reservation
-from app.db import read_connection, write_transaction
+from app.db import money_check, read_connection, write_transaction
 from app.errors import TuneharnessError, UserError
 from app.ledger import Event, Ledger
-from app.market import OFFER_FIELDS, LaunchSpec, Market, Offer
+from app.market import OFFER_FIELDS, CreateUnconfirmed, LaunchSpec, Market, Offer
 from app.policy.guardrails import LABEL_PREFIX, label_for, parse_label
 
 __all__ = [
@@ -37,6 +38,7 @@ __all__ = [
     "DestroyRefused",
     "Rental",
     "RentalRow",
+    "RentalTrafficRow",
     "RentalTransferRow",
     "Rentals",
     "Transfer",
@@ -46,6 +48,8 @@ __all__ = [
 ]
 
 FaultHook = Callable[[str], None]
+
+MAX_EXTEND_S = 7 * 24 * 3600.0  # one deliberate extension of a kill-time: a week at most
 
 RentalState = Literal["intent", "active", "stopped", "destroyed", "lost", "abandoned"]
 
@@ -60,6 +64,7 @@ class DestroyRefused(TuneharnessError):
 
 class RentalRow(SQLModel, table=True):
     __tablename__ = "rentals"
+    __table_args__ = (money_check("rentals", "rate_usd_per_hour"),)
 
     id: str = Field(primary_key=True)  # "<job>:<attempt>"
     job: str = Field(index=True)
@@ -101,6 +106,30 @@ class RentalTransferRow(SQLModel, table=True):
     settled_usd: float = 0.0  # what the rental had billed `from_job` when it changed hands
     old_reservations: str = ""  # comma-separated: `from_job`'s, settled at `at`
     new_reservations: str = ""  # comma-separated: `to_job`'s, committed before the transfer
+
+
+class RentalTrafficRow(SQLModel, table=True):
+    """Bytes moved onto or off a rental's host (job files pushed, a model the host fetched): billed
+    at the offer's traffic price. One row per move, keyed so that a repeated record counts once."""
+
+    __tablename__ = "rental_traffic"
+
+    id: str = Field(primary_key=True)  # "<rental>:<key>"
+    rental_id: str = Field(index=True)
+    job: str
+    nbytes: int
+    at: float
+
+
+class RentalSendRow(SQLModel, table=True):
+    """A create sent to the vendor for a rental, written just before the call: a rental with a send
+    and no instance may exist at the vendor (the answer was lost, or the process died while it
+    waited), so it is looked for by its label and never created a second time."""
+
+    __tablename__ = "rental_sends"
+
+    rental_id: str = Field(primary_key=True)
+    sent_at: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,6 +179,9 @@ class Rental:
 
 _T = RentalRow.__table__  # type: ignore[attr-defined]
 _X = RentalTransferRow.__table__  # type: ignore[attr-defined]
+_N = RentalTrafficRow.__table__  # type: ignore[attr-defined]
+_S = RentalSendRow.__table__  # type: ignore[attr-defined]
+BYTES_PER_GB = 1e9
 
 
 def _row(r: Any) -> Rental:
@@ -324,13 +356,23 @@ class Rentals:
     ) -> list[Reservation]:
         """Reserve `reserve_usd` for `job` against its cap, the period caps and the GPU-minute cap,
         all or none (in one locked transaction); the first reservation is the job cap's."""
+        items = self.reservation_items(
+            budget_name=budget_name, reserve_usd=reserve_usd, dph_total=dph_total, num_gpus=num_gpus, max_s=max_s
+        )
+        return self.budget.reserve_many(items, job=job, idempotency_key=idempotency_key, now=now)
+
+    def reservation_items(
+        self, *, budget_name: str, reserve_usd: float, dph_total: float, num_gpus: int, max_s: float
+    ) -> list[tuple[str, float]]:
+        """(cap, amount in its unit) that a create reserves: the job's cap, each period cap, and
+        the GPU minutes of at most `max_s` (the kill-time). Reads the caps; reserves nothing."""
         caps = set(self.budget.caps())
         items = [(budget_name, reserve_usd)]
         items += [(p, reserve_usd) for p in ("day", "week", "month") if p in caps and p != budget_name]
         if "gpu-minutes-day" in caps:
             hours = reserve_usd / dph_total if dph_total > 0 else max_s / 3600.0
             items.append(("gpu-minutes-day", min(hours, max_s / 3600.0) * 60.0 * max(1, num_gpus)))
-        return self.budget.reserve_many(items, job=job, idempotency_key=idempotency_key, now=now)
+        return items
 
     def execute(
         self,
@@ -360,6 +402,14 @@ class Rentals:
             if found[0].state in ("stopped", "exited"):
                 state_now = "stopped"
         else:
+            sent_at = self.create_sent_at(rental_id)
+            if sent_at is not None:
+                # sent once already, its answer lost: at most one create per rental, ever
+                raise CreateUnconfirmed(
+                    f"the create for {rental.label} was sent at {sent_at:.0f} and the instance is not listed yet",
+                    provider=rental.provider,
+                )
+            self._record_send(rental_id, now=now)
             offer = self.offer_of(rental_id)
             instance_id = market.create(
                 offer,
@@ -381,6 +431,17 @@ class Rentals:
             if current is None or current.instance_id is None:
                 self._trap_stop(market, rental, instance_id)
             raise
+
+    def _record_send(self, rental_id: str, *, now: float) -> None:
+        with write_transaction(self.engine, lock=f"tuneharness.rental.{rental_id}") as conn:
+            if conn.execute(select(_S.c.rental_id).where(_S.c.rental_id == rental_id)).first() is None:
+                conn.execute(_S.insert().values(rental_id=rental_id, sent_at=now))
+
+    def create_sent_at(self, rental_id: str) -> float | None:
+        """When a create was sent for this rental (None: never)."""
+        with read_connection(self.engine) as conn:
+            at = conn.execute(select(_S.c.sent_at).where(_S.c.rental_id == rental_id)).scalar()
+        return None if at is None else float(at)
 
     def _trap_stop(self, market: Market, rental: Rental, instance_id: str) -> None:
         """Stop an instance whose create could not be recorded; the reconciler adopts it later."""
@@ -412,9 +473,24 @@ class Rentals:
         fault: FaultHook = _no_fault,
         state: str = "active",
     ) -> Rental:
+        return self._record_accepted(rental, instance_id, now=now, adopted=adopted, fault=fault, state=state)[0]
+
+    def _record_accepted(
+        self,
+        rental: Rental,
+        instance_id: str,
+        *,
+        now: float,
+        adopted: bool,
+        fault: FaultHook = _no_fault,
+        state: str = "active",
+    ) -> tuple[Rental, bool]:
+        """Record the instance the provider accepted; True when this call recorded it (not another)."""
+        wrote = False
         with write_transaction(self.engine, lock=f"tuneharness.rental.{rental.id}") as conn:
             current = conn.execute(select(_T).where(_T.c.id == rental.id)).first()
             if current is not None and current.instance_id is None:
+                wrote = True
                 conn.execute(
                     _T.update()
                     .where(_T.c.id == rental.id)
@@ -448,7 +524,7 @@ class Rentals:
         fault("after_ledger")
         got = self.get(rental.id)
         assert got is not None
-        return got
+        return got, wrote
 
     def abandon(self, rental_id: str, *, reason: str, now: float) -> bool:
         """The create never happened (offer gone, provider refused): release the reservation."""
@@ -462,6 +538,25 @@ class Rentals:
             for rid in self.reservations_of(rental_id):
                 self.budget.release(rid, reason=f"create abandoned: {reason}")
         return moved
+
+    def release_stale_intents(self, markets: Mapping[str, Market], *, now: float, older_than_s: float) -> list[str]:
+        """Intents older than `older_than_s` whose label the vendor does not list: nothing was rented
+        and no step is resolving them (the job ended, its task was lost), yet they hold a reservation.
+        Each is abandoned and its reservation released. One that the vendor does list is left to the
+        reconciler, which adopts it; a vendor that cannot be asked leaves its intents as they are."""
+        released = []
+        for r in self.all(states=("intent",)):
+            if now - r.created_at < older_than_s or r.provider not in markets:
+                continue
+            try:
+                listed = [i for i in markets[r.provider].list_instances(r.label) if i.label == r.label]
+            except Exception:  # MarketError or worse: ask again next time
+                continue
+            if not listed and self.abandon(
+                r.id, reason=f"stale intent: nothing listed under {r.label} after {now - r.created_at:.0f}s", now=now
+            ):
+                released.append(r.id)
+        return released
 
     def reservations_of(self, rental_id: str) -> list[str]:
         with read_connection(self.engine) as conn:
@@ -482,18 +577,68 @@ class Rentals:
             amount = minutes if self.budget.unit_of_reservation(rid) == "gpu_minutes" else spent
             self.budget.settle(rid, amount, reason=reason)
 
-    def adopt(self, rental_id: str, instance_id: str, *, now: float) -> Rental:
-        """The reconciler found the instance a crashed create left behind: record it."""
+    def adopt(self, rental_id: str, instance_id: str, *, now: float) -> Rental | None:
+        """The reconciler found the instance a crashed create left behind: record it. None when the
+        rental already has an instance (its own create recorded it meanwhile): nothing adopted."""
         rental = self.get(rental_id)
         if rental is None:
             raise UserError(f"no planned rental {rental_id!r}")
-        return self._accept(rental, instance_id, now=now, adopted=True)
+        got, wrote = self._record_accepted(rental, instance_id, now=now, adopted=True)
+        return got if wrote else None
 
     # -- state changes (each one ledger event, exactly once) --------------------------------
     def mark_held_work(self, rental_id: str) -> None:
         """Training started here: from now on only the operator may destroy it."""
         with write_transaction(self.engine, lock=f"tuneharness.rental.{rental_id}") as conn:
             conn.execute(_T.update().where(_T.c.id == rental_id).values(held_work=True))
+
+    def extend_kill_time(self, rental_id: str, *, by_s: float, reason: str, now: float) -> Rental | None:
+        """Move a rental's kill-time `by_s` seconds later, on purpose: one ledger event
+        `kill_time_extended` (old and new kill-time, reason). A stopped rental can be extended too:
+        a job the reaper paused at its kill-time resumes on the same host once the kill-time lies
+        ahead again (app.policy.supervision). None when the rental is gone or destroyed. The label
+        keeps the kill-time of the create, and so does the instance's TUNEHARNESS_KILL_AT: the
+        reaper reads this row."""
+        if not (math.isfinite(by_s) and 0 < by_s <= MAX_EXTEND_S):
+            raise UserError(
+                f"kill-time extension {by_s / 3600.0:g} h is not in (0, {MAX_EXTEND_S / 3600.0:g}] hours. "
+                "Fix: give --hours a positive number of hours, at most a week"
+            )
+        with write_transaction(self.engine, lock=f"tuneharness.rental.{rental_id}") as conn:
+            r = conn.execute(select(_T).where(_T.c.id == rental_id)).first()
+            if r is None or r.state not in ("intent", "active", "stopped"):
+                return None
+            old, new = float(r.kill_at), float(r.kill_at) + by_s
+            conn.execute(_T.update().where(_T.c.id == rental_id).values(kill_at=new))
+            self.ledger.append(
+                Event(
+                    kind="kill_time_extended",
+                    job=r.job,
+                    instance=r.instance_id,
+                    provider=r.provider,
+                    machine=r.machine_id,
+                    rate_usd_per_hour=r.rate_usd_per_hour,
+                    reason=reason,
+                    payload={"rental": rental_id, "old_kill_at": old, "new_kill_at": new, "by_s": by_s, "at": now},
+                    idempotency_key=f"kill_time_extended:{rental_id}:{int(old)}->{int(new)}",
+                ),
+                conn=conn,
+            )
+        return self.get(rental_id)
+
+    def raise_rate(self, rental_id: str, *, rate_usd_per_hour: float, event: Event) -> bool:
+        """An accepted price increase: the rental bills `rate_usd_per_hour` from now on, and `event`
+        (the acceptance) is written in the same transaction. Spend is then estimated at the new rate
+        over the whole current spell, which overstates it a little and never understates it: a
+        budget stops early rather than late. False if the rental is unknown or the rate not finite."""
+        if not (math.isfinite(rate_usd_per_hour) and rate_usd_per_hour >= 0):
+            return False
+        with write_transaction(self.engine, lock=f"tuneharness.rental.{rental_id}") as conn:
+            if conn.execute(select(_T.c.id).where(_T.c.id == rental_id)).first() is None:
+                return False
+            conn.execute(_T.update().where(_T.c.id == rental_id).values(rate_usd_per_hour=rate_usd_per_hour))
+            self.ledger.append(event, conn=conn)
+        return True
 
     def note_utilisation(self, rental_id: str, *, gpu_util: float | None, idle_since: float | None) -> None:
         with write_transaction(self.engine, lock=f"tuneharness.rental.{rental_id}") as conn:
@@ -601,8 +746,50 @@ class Rentals:
 
     def spent_usd(self, rental: Rental, *, now: float) -> float:
         """Our estimate of what a rental has billed its current job (GPU while active, storage until
-        destroyed), from its create or from when it was transferred to that job."""
-        return billed_usd(rental, start=self.billed_from(rental), end=now)
+        destroyed, bytes moved to and from it), from its create or from when it was transferred to that job."""
+        start = self.billed_from(rental)
+        return billed_usd(
+            rental,
+            start=start,
+            end=now,
+            traffic_bytes=self.traffic_bytes(rental.id, since=start, until=now),
+            traffic_usd_per_gb=self._traffic_price(rental.id),
+        )
+
+    # -- traffic: bytes moved to and from a host ---------------------------------------------
+    def add_traffic(self, rental_id: str, *, nbytes: int, key: str, now: float) -> bool:
+        """Record `nbytes` moved to or from the rental's host; False for a key already recorded."""
+        rental = self.get(rental_id)
+        if rental is None or nbytes <= 0:
+            return False
+        row_id = f"{rental_id}:{key}"
+        with write_transaction(self.engine, lock=f"tuneharness.rental.{rental_id}") as conn:
+            if conn.execute(select(_N.c.id).where(_N.c.id == row_id)).first() is not None:
+                return False
+            conn.execute(_N.insert().values(id=row_id, rental_id=rental_id, job=rental.job, nbytes=int(nbytes), at=now))
+        return True
+
+    def traffic_bytes(self, rental_id: str, *, since: float | None = None, until: float | None = None) -> int:
+        q = select(_N.c.nbytes).where(_N.c.rental_id == rental_id)
+        if since is not None:
+            q = q.where(_N.c.at >= since)
+        if until is not None:
+            q = q.where(_N.c.at <= until)
+        with read_connection(self.engine) as conn:
+            return sum(int(r.nbytes) for r in conn.execute(q))
+
+    def _traffic_price(self, rental_id: str) -> float | None:
+        with read_connection(self.engine) as conn:
+            text = conn.execute(select(_T.c.offer_json).where(_T.c.id == rental_id)).scalar()
+        try:
+            price = json.loads(text or "{}").get("inet_down_per_gb")
+        except ValueError:
+            return None
+        return None if price is None else float(price)
+
+    def traffic_usd(self, rental: Rental, *, nbytes: int) -> float:
+        """What moving `nbytes` to or from the rental's host costs at its offer's traffic price."""
+        return nbytes / BYTES_PER_GB * (self._traffic_price(rental.id) or 0.0)
 
     # -- transfers: a held host adopted by another job ---------------------------------------
     def transfers(self, rental_id: str | None = None) -> list[Transfer]:
@@ -646,6 +833,8 @@ class Rentals:
         old = self.reservations_of(rental_id)
         units = {rid: self.budget.unit_of_reservation(rid) for rid in old}
         start = self.billed_from(rental)
+        traffic = self.traffic_bytes(rental_id, since=start, until=now)
+        traffic_price = self._traffic_price(rental_id)
         with write_transaction(self.engine, lock=f"tuneharness.rental.{rental_id}") as conn:
             if conn.execute(select(_X.c.id).where(_X.c.id == transfer_id)).first() is not None:
                 return True
@@ -653,7 +842,9 @@ class Rentals:
             if r is None or r.state != "active" or r.job != from_job or r.instance_id is None:
                 return False
             current = _row(r)
-            share_usd = billed_usd(current, start=start, end=now)
+            share_usd = billed_usd(
+                current, start=start, end=now, traffic_bytes=traffic, traffic_usd_per_gb=traffic_price
+            )
             minutes = max(0.0, now - start) / 60.0
             for rid in old:
                 self.budget.settle_in(
@@ -709,12 +900,111 @@ class Rentals:
             )
         return True
 
+    def restart(
+        self,
+        rental_id: str,
+        *,
+        market: Market,
+        reservations: Sequence[Reservation],
+        now: float,
+        reason: str,
+        evidence: dict[str, Any] | None = None,
+    ) -> bool:
+        """Start a rental we stopped again (a paused job resumes on its own host), paid from
+        `reservations` (committed by the caller first). The stopped spell is closed in one
+        transaction: the rental's reservations are settled with what it billed until now (GPU to
+        its stop, storage to now) and its billing starts again at `now` (a `rental_transfers` row
+        to the same job, as for an adoption), so the pause never bills GPU time; the ledger gets
+        `instance_started` (time, rate, the stop it ends). False, with nothing changed, if the
+        rental is not stopped (the caller releases `reservations`)."""
+        rental = self.get(rental_id)
+        if rental is None or rental.state != "stopped" or rental.instance_id is None or not reservations:
+            return False
+        market.start(rental.instance_id)
+        old = self.reservations_of(rental_id)
+        units = {rid: self.budget.unit_of_reservation(rid) for rid in old}
+        start = self.billed_from(rental)
+        traffic = self.traffic_bytes(rental_id, since=start, until=now)
+        traffic_price = self._traffic_price(rental_id)
+        with write_transaction(self.engine, lock=f"tuneharness.rental.{rental_id}") as conn:
+            r = conn.execute(select(_T).where(_T.c.id == rental_id)).first()
+            if r is None or r.state != "stopped" or r.instance_id is None:
+                return False
+            current = _row(r)
+            share_usd = billed_usd(
+                current, start=start, end=now, traffic_bytes=traffic, traffic_usd_per_gb=traffic_price
+            )
+            minutes = max(0.0, (current.stopped_at or now) - start) / 60.0
+            for rid in old:
+                amount = minutes if units[rid] == "gpu_minutes" else share_usd
+                self.budget.settle_in(conn, rid, amount, reason=f"rental restarted: {reason}")
+            new_ids = [x.id for x in reservations]
+            conn.execute(
+                _T.update()
+                .where(_T.c.id == rental_id)
+                .values(
+                    state="active",
+                    stopped_at=None,
+                    idle_since=None,
+                    reservation_id=new_ids[0],
+                    other_reservations=",".join(new_ids[1:]),
+                )
+            )
+            conn.execute(
+                _X.insert().values(
+                    id=f"{rental_id}@{r.job}@restart-{int(now * 1000)}",
+                    rental_id=rental_id,
+                    from_job=r.job,
+                    to_job=r.job,
+                    at=now,
+                    rate_usd_per_hour=r.rate_usd_per_hour,
+                    settled_usd=share_usd,
+                    old_reservations=",".join(old),
+                    new_reservations=",".join(new_ids),
+                )
+            )
+            self.ledger.append(
+                Event(
+                    kind="instance_started",
+                    job=r.job,
+                    instance=r.instance_id,
+                    provider=r.provider,
+                    machine=r.machine_id,
+                    rate_usd_per_hour=r.rate_usd_per_hour,
+                    amount_usd=share_usd,
+                    reason=reason,
+                    payload={
+                        "from": "stopped",
+                        "to": "active",
+                        "rental": rental_id,
+                        "stopped_at": current.stopped_at,
+                        "at": now,
+                        "billed_before_usd": share_usd,
+                        "settled": old,
+                        "reservations": new_ids,
+                        **(evidence or {}),
+                    },
+                    idempotency_key=f"instance_started:{rental_id}:{int(now * 1000)}",
+                ),
+                conn=conn,
+            )
+        return True
 
-def billed_usd(rental: Rental, *, start: float, end: float) -> float:
-    """What `rental` billed between `start` and `end`: GPU while it ran, storage until it ended."""
+
+def billed_usd(
+    rental: Rental,
+    *,
+    start: float,
+    end: float,
+    traffic_bytes: int = 0,
+    traffic_usd_per_gb: float | None = None,
+) -> float:
+    """What `rental` billed between `start` and `end`: GPU while it ran, storage until it ended,
+    and the `traffic_bytes` moved to and from it in that time at `traffic_usd_per_gb`."""
     gpu_end = min(end, rental.stopped_at or rental.ended_at or end)
     life_end = min(end, rental.ended_at or end)
     gpu = (rental.rate_usd_per_hour or 0.0) * max(0.0, gpu_end - start) / 3600.0
     life_h = max(0.0, life_end - start) / 3600.0
     storage = (rental.storage_per_gb_month or 0.0) * rental.disk_gb * life_h / 720.0
-    return gpu + storage
+    traffic = max(0, traffic_bytes) / BYTES_PER_GB * (traffic_usd_per_gb or 0.0)
+    return gpu + storage + traffic

@@ -111,7 +111,13 @@ def offers(
     + inet_down_per_gb*download_gb. An unknown price counts as 0 and is flagged.
     """
     from app.market import OfferQuery
+    from app.numbers import MAX_HOURS, MAX_USD, finite
     from app.policy.pricing import expected_cost
+
+    for name, value in (("--min-gpu-ram-gb", min_gpu_ram_gb), ("--download-gb", download_gb), ("--disk-gb", disk_gb)):
+        if value is not None:
+            finite(value, name, minimum=0, maximum=MAX_USD)
+    finite(hours, "--hours", minimum=0, maximum=MAX_HOURS)
 
     market = _market(provider)
     query = OfferQuery(
@@ -327,6 +333,7 @@ def _sync_stopped(provider: str, instance: str) -> None:
     import time
 
     from app import bootstrap
+    from app.policy.supervision import StopReason
     from app.rentals import Rentals
 
     rentals = Rentals(bootstrap.engine())
@@ -339,6 +346,7 @@ def _sync_stopped(provider: str, instance: str) -> None:
             kind="rental_stopped",
             reason="operator stopped it",
             now=time.time(),
+            evidence={"stopped_by": StopReason.OPERATOR.value},  # the job's supervisor pauses it
         )
 
 

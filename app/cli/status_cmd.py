@@ -49,6 +49,7 @@ def collect(*, now: float | None = None) -> dict[str, Any]:
     from app.rentals import Rentals
     from app.services.provisioning import ProvisioningStateRow
     from app.services.supervisor import SupervisionRow, Watch
+    from app.services.transfer import TransferRow
 
     now = _clock_now() if now is None else now
     engine = bootstrap.engine()
@@ -57,6 +58,7 @@ def collect(*, now: float | None = None) -> dict[str, Any]:
         states = ProvisioningStateRow.__table__  # type: ignore[attr-defined]
         prov = {r.job_id: load_job(json.loads(r.state_json)) for r in conn.execute(states.select())}
         watches = {r.job_id: Watch.from_json(r.state_json) for r in conn.execute(SupervisionRow.__table__.select())}  # type: ignore[attr-defined]
+        moves = {(r.job_id, r.instance_id): r for r in conn.execute(TransferRow.__table__.select())}  # type: ignore[attr-defined]
     all_rentals = rentals.all()
     jobs_out: list[dict[str, Any]] = []
     for rec in bootstrap.jobs().list():
@@ -66,6 +68,20 @@ def collect(*, now: float | None = None) -> dict[str, Any]:
         mine = [r for r in all_rentals if r.job == rec.job_id]
         spent = sum(rentals.spent_usd(r, now=now) for r in mine)
         per_hour = sum(r.rate_usd_per_hour or 0.0 for r in mine if r.state == "active")
+        move = moves.get((rec.job_id, att.instance_id)) if att is not None else None
+        transfer = (
+            None
+            if move is None
+            else {
+                "state": move.state,
+                "bytes_done": int(move.bytes_done),
+                "bytes_total": int(move.bytes_total),
+                "bytes_moved": int(move.bytes_moved),
+                "rate_bytes_per_s": move.rate_bytes_per_s,
+                "current": move.current,
+                "error": move.error,
+            }
+        )
         eta = None
         if w.max_steps and w.steps_per_s and rec.phase == "training":
             eta = max(0.0, (w.max_steps - w.step) / w.steps_per_s)
@@ -86,6 +102,8 @@ def collect(*, now: float | None = None) -> dict[str, Any]:
                 "heartbeat_age_s": None if w.last_heartbeat_at is None else max(0.0, now - w.last_heartbeat_at),
                 "pulled_step": w.pulled_step,
                 "recoveries": w.recoveries,
+                "paused_by": w.paused if rec.phase == "paused" else None,  # StopReason: who stopped its host
+                "transfer": transfer,  # the job's files moving onto its current host (app.services.transfer)
                 "detail": rec.detail,
             }
         )
@@ -159,7 +177,7 @@ def _render(data: dict[str, Any]) -> None:
         loss = "-" if j["loss"] is None else f"{j['loss']:.4g}"
         jobs.add_row(
             j["job_id"],
-            j["phase"],
+            f"paused ({j['paused_by']})" if j.get("paused_by") else j["phase"],
             step,
             loss,
             _fmt_s(j["eta_s"]),
@@ -169,6 +187,16 @@ def _render(data: dict[str, Any]) -> None:
             _fmt_s(j["heartbeat_age_s"]),
         )
     console.print(jobs)
+    for j in data["jobs"]:
+        t = j.get("transfer")
+        if t is not None and t["state"] != "done":
+            rate = f" at {t['rate_bytes_per_s'] / 1e6:.1f} MB/s" if t["rate_bytes_per_s"] else ""
+            what = f" ({t['current']})" if t["current"] else ""
+            why = f": {t['error']}" if t["error"] else ""
+            console.print(
+                f"{j['job_id']}: transfer {t['state']} {t['bytes_done'] / 1e6:.1f}/{t['bytes_total'] / 1e6:.1f} MB"
+                f"{rate}{what}{why}"
+            )
     hosts = Table(title="hosts")
     for col in ("instance", "machine", "job", "state", "$/h", "delivery p", "failures", "quarantined"):
         hosts.add_column(col)
@@ -198,6 +226,12 @@ def status(
     interval_s: Annotated[float, typer.Option("--interval", help="seconds between refreshes with --watch")] = 5.0,
 ) -> None:
     """Jobs (step, loss, ETA, host, spend, heartbeat), hosts with reputation, and recoveries."""
+    import math
+
+    if not (math.isfinite(interval_s) and interval_s > 0):
+        from app.errors import UserError
+
+        raise UserError(f"--interval {interval_s:g} is not a positive number of seconds. Fix: e.g. --interval 5")
     import time
 
     while True:

@@ -6,12 +6,14 @@ what they return. Automation only ever stops here; destroying is the operator's.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
 __all__ = [
+    "BUDGET_CHECKPOINT_WAIT_S",
     "LABEL_PREFIX",
     "Adopt",
     "BudgetLevel",
@@ -20,7 +22,12 @@ __all__ = [
     "Listed",
     "MarkLost",
     "StopOrphan",
+    "as_step",
+    "believable_checkpoint_step",
+    "believable_step",
+    "believable_util",
     "budget_level",
+    "checkpoint_wait_over",
     "idle_verdict",
     "label_for",
     "parse_label",
@@ -33,6 +40,8 @@ _LABEL_RE = re.compile(r"^th-(?P<job>[A-Za-z0-9_.-]+?)-a(?P<attempt>\d+)-k(?P<ki
 
 IDLE_GRACE_S = 30 * 60.0
 IDLE_THRESHOLD_PCT = 5.0
+# At its cap, a budget stop waits for a safe checkpoint at most this long, then stops anyway.
+BUDGET_CHECKPOINT_WAIT_S = 15 * 60.0
 # A job in these phases is busy without using the GPU: never idle.
 BUSY_WITHOUT_GPU = frozenset(
     {
@@ -69,6 +78,46 @@ class IdleVerdict:
     evidence: str
 
 
+def believable_util(value: float | None) -> float | None:
+    """A GPU utilisation as reported (by a vendor or a host), or None when it cannot be true:
+    NaN, infinite, or outside [0, 100] is unknown, never busy."""
+    if value is None or not math.isfinite(value) or not 0.0 <= value <= 100.0:
+        return None
+    return float(value)
+
+
+def as_step(value: object) -> int | None:
+    """A whole, non-negative step count from a host's report; None for anything else (NaN, -1, 2.5, "x")."""
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        return None
+    try:
+        number = float(value)
+    except ValueError:
+        return None
+    if not math.isfinite(number) or number < 0 or number != int(number):
+        return None
+    return int(number)
+
+
+def believable_step(*, reported: object, previous: int, max_steps: int | None) -> int:
+    """The trainer's step as the control plane believes it: a host's report is taken only when it
+    is a whole number that neither goes backwards nor passes the job's own `max_steps`; otherwise
+    the previous step stands."""
+    step = as_step(reported)
+    if step is None or step < previous or (max_steps is not None and step > max_steps):
+        return previous
+    return step
+
+
+def believable_checkpoint_step(*, reported: object, previous: int, step: int) -> int:
+    """The newest complete checkpoint a host reports, believed only when it is a whole number that
+    neither goes backwards nor lies ahead of the (believed) training step."""
+    checkpoint = as_step(reported)
+    if checkpoint is None or checkpoint < previous or checkpoint > step:
+        return previous
+    return checkpoint
+
+
 def idle_verdict(
     *,
     gpu_util_pct: float | None,
@@ -77,10 +126,25 @@ def idle_verdict(
     now: float,
     grace_s: float = IDLE_GRACE_S,
     threshold_pct: float = IDLE_THRESHOLD_PCT,
+    step_advanced_at: float | None = None,
 ) -> IdleVerdict:
-    """Is this running instance idle past the grace period? Unknown utilisation decides nothing."""
+    """Is this running instance idle past the grace period? Unknown utilisation decides nothing.
+
+    A training job's step progress outranks any utilisation figure, since a host can print 100%
+    forever: when `step_advanced_at` (when the control plane last saw the trainer's step go up, on
+    its own clock) is given and lies `grace_s` or more in the past, the host is idle whatever its
+    GPU reports. Utilisation outside [0, 100] or NaN is unknown.
+    """
     if job_phase in BUSY_WITHOUT_GPU:
         return IdleVerdict(None, False, f"job phase {job_phase}: busy without the GPU")
+    if step_advanced_at is not None and now - step_advanced_at >= grace_s:
+        stalled_s = now - step_advanced_at
+        return IdleVerdict(
+            step_advanced_at if idle_since is None else min(idle_since, step_advanced_at),
+            True,
+            f"training step not advanced for {stalled_s:.0f}s (grace {grace_s:.0f}s), whatever the GPU reports",
+        )
+    gpu_util_pct = believable_util(gpu_util_pct)
     if gpu_util_pct is None:
         return IdleVerdict(idle_since, False, "GPU utilisation unknown")
     if gpu_util_pct >= threshold_pct:
@@ -90,6 +154,12 @@ def idle_verdict(
     if idle_s >= grace_s:
         return IdleVerdict(since, True, f"GPU below {threshold_pct:.0f}% for {idle_s:.0f}s (grace {grace_s:.0f}s)")
     return IdleVerdict(since, False, f"GPU below {threshold_pct:.0f}% for {idle_s:.0f}s, within grace")
+
+
+def checkpoint_wait_over(*, waiting_since: float, now: float, max_wait_s: float = BUDGET_CHECKPOINT_WAIT_S) -> bool:
+    """Has a budget stop waited for a safe checkpoint long enough? Then it stops without one: no
+    value a host reports can extend a money stop past this deadline."""
+    return now - waiting_since >= max_wait_s
 
 
 def past_kill_time(*, kill_at: float, now: float) -> bool:

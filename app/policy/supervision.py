@@ -10,6 +10,15 @@ and re-queues the job for a replacement.
     route_triage(state, ...)  -> same_host | replace | stop
     stop_job(job, ...)        -> the job given up: stop its host, tell the operator
     recovery_summary(...)     -> median and 90th percentile of recovery times
+
+Our own stops are not losses. A host that the budget monitor, the reaper, the idle watchdog, the
+reconciler or the operator stopped is `StoppedByUs(reason)`; `judge_our_stop` pauses the job
+(nothing quarantined, nothing rented, no `host_lost`) until that reason is gone, then resumes it
+on the same host (`Resume`). `at_cap` says which of a job's hosts the budget monitor pauses rather
+than ends; `settling` keeps a resumed host out of the loss and stall judgements while it restarts
+and catches up with the work it had done.
+
+    judge_our_stop(stop, facts, now=...) -> Paused | Resume
 """
 
 from __future__ import annotations
@@ -23,21 +32,32 @@ from typing import Literal
 from app.policy.provisioning import Action, GaveUp, JobState, Record, Stop
 
 __all__ = [
+    "CapMove",
     "HostProbe",
+    "Paused",
     "Remedy",
+    "Resume",
+    "ResumeFacts",
     "Route",
+    "StopReason",
+    "StoppedByUs",
     "SupervisorConfig",
     "TrainerExit",
     "Verdict",
     "assess",
+    "at_cap",
+    "judge_our_stop",
     "percentile",
     "recovery_summary",
     "route_triage",
+    "settling",
     "stop_job",
+    "stop_reason_of",
 ]
 
-VerdictKind = Literal["training", "slice_done", "finished", "dead", "ssh_down", "lost"]
+VerdictKind = Literal["training", "slice_done", "finished", "dead", "ssh_down", "lost", "restarting"]
 Route = Literal["same_host", "replace", "stop"]
+CapMove = Literal["pause", "end"]
 
 
 class TrainerExit(IntEnum):
@@ -85,6 +105,8 @@ class SupervisorConfig:
     slice_s: float = 1800.0  # the trainer's --max-seconds per slice
     slice_steps: int | None = None  # also cap each slice at this many steps (--slice-steps; tests, operators)
     max_same_host_restarts: int = 2  # trainer deaths resumed on the same host before replacing it
+    paused_poll_s: float = 60.0  # a paused job: look this often whether its reason is gone
+    restart_grace_s: float = 900.0  # a host we restarted to resume may take this long to answer SSH
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,12 +127,21 @@ class Verdict:
     why: str
 
 
-def assess(probe: HostProbe, *, ssh_failures: int, cfg: SupervisorConfig) -> Verdict:
+def assess(
+    probe: HostProbe, *, ssh_failures: int, cfg: SupervisorConfig, restarting_for_s: float | None = None
+) -> Verdict:
     """What one probe means. `ssh_failures` counts consecutive failed SSH polls, this one included.
 
     Host lost: the provider reports the instance gone outright, or SSH failed on
     `ssh_failures_for_loss` consecutive polls and the provider does not report it running.
+    `restarting_for_s`: we restarted this host (stopped by us) that long ago to resume the job; until
+    `restart_grace_s` has passed, a host not answering yet is restarting, not lost (gone is gone).
     """
+    restarting = restarting_for_s is not None and restarting_for_s < cfg.restart_grace_s
+    if restarting and probe.provider_state != "gone" and not probe.ssh_ok:
+        return Verdict(
+            "restarting", f"restarted {restarting_for_s:.0f}s ago to resume; provider reports {probe.provider_state}"
+        )
     if probe.provider_state in GONE_STATES:
         return Verdict("lost", f"provider reports the instance {probe.provider_state}")
     if not probe.ssh_ok:
@@ -175,6 +206,124 @@ def stop_job(job: JobState, *, reason: str, evidence: str) -> tuple[JobState, li
     failed = replace(job, phase="failed", attempt=None, failure=f"{reason}: {evidence}")
     acts.append(GaveUp(job.job_id, failed.failure or reason))
     return failed, acts
+
+
+# -- our own stops ----------------------------------------------------------------------------
+class StopReason(StrEnum):
+    """Why we stopped a host: the `stopped_by` field of the stop's ledger event, written by whoever
+    stopped it (the sweeps in app.services.guardrails, the operator's `tuneharness stop`)."""
+
+    BUDGET = "budget"  # the budget monitor, at a cap
+    KILL_TIME = "kill_time"  # the reaper, past the rental's kill-time
+    IDLE = "idle"  # the idle watchdog: the GPU idle past the grace period
+    OPERATOR = "operator"  # tuneharness stop
+    RECONCILER = "reconciler"  # a crashed create's instance, adopted and stopped
+    OTHER = "other"  # a stop we recorded without saying which (an older ledger)
+
+
+def stop_reason_of(recorded: object) -> StopReason:
+    """The named reason a stop event carries in `stopped_by`; OTHER when it carries none we know."""
+    known = {m.value: m for m in StopReason}
+    return known.get(recorded, StopReason.OTHER) if isinstance(recorded, str) else StopReason.OTHER
+
+
+@dataclass(frozen=True, slots=True)
+class StoppedByUs:
+    """Our registry says we stopped the job's host (not the vendor), and why."""
+
+    reason: StopReason
+    stopped_at: float
+    evidence: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ResumeFacts:
+    """What the driver looked up to know whether a stop's reason is gone."""
+
+    budget_room: bool  # every cap over the job has room for its host running again
+    kill_at: float  # the rental's kill-time (an operator may have extended it)
+    operator_resumed: bool = False  # the operator asked for the job to go on
+
+
+@dataclass(frozen=True, slots=True)
+class Paused:
+    """The job waits: nothing is rented, nothing is quarantined; `why` says what would end the wait."""
+
+    reason: StopReason
+    why: str
+
+
+@dataclass(frozen=True, slots=True)
+class Resume:
+    """The reason is gone: start the stopped host again and go on from its newest checkpoint."""
+
+    reason: StopReason
+    why: str
+
+
+_KILL_TIME_MARGIN_S = 600.0  # a resumed host must have at least this long before its kill-time
+_WHO: dict[StopReason, str] = {
+    StopReason.BUDGET: "the budget monitor",
+    StopReason.KILL_TIME: "the reaper",
+    StopReason.IDLE: "the idle watchdog",
+    StopReason.OPERATOR: "the operator",
+    StopReason.RECONCILER: "the reconciler",
+    StopReason.OTHER: "us",
+}
+
+
+def judge_our_stop(stop: StoppedByUs, facts: ResumeFacts, *, now: float) -> Paused | Resume:
+    """A training host we stopped pauses the job; what ends the pause depends on who stopped it.
+
+    budget: the caps over the job have room again (the operator raised one) -> resume.
+    kill_time: the rental's kill-time lies ahead again (it was extended) -> resume.
+    idle: the GPU sat idle with nobody driving it; the job still needs it -> resume at once.
+    operator, reconciler, other: only the operator resumes it.
+    Whatever the reason, a host whose kill-time is (nearly) reached is not started again: the
+    reaper would stop it at once; the job stays paused until it has a longer kill-time.
+    """
+    r = stop.reason
+    decision = _judge(r, facts)
+    if isinstance(decision, Resume) and facts.kill_at - now < _KILL_TIME_MARGIN_S:
+        return Paused(
+            r,
+            f"paused: stopped by {_WHO[r]}; the host is at its kill-time: the job needs a longer kill-time to go on",
+        )
+    return decision
+
+
+def _judge(r: StopReason, facts: ResumeFacts) -> Paused | Resume:
+    if facts.operator_resumed:
+        return Resume(r, "the operator resumed the job")
+    if r is StopReason.BUDGET:
+        if facts.budget_room:
+            return Resume(r, "the budget has room again")
+        return Paused(
+            r,
+            "paused: stopped by the budget monitor at its cap; resumes when the cap has room "
+            "(tuneharness budget set NAME --cap-usd N)",
+        )
+    if r is StopReason.KILL_TIME:
+        return Resume(r, "the kill-time was extended")
+    if r is StopReason.IDLE:
+        return Resume(r, "stopped idle with nobody driving it; the job still needs the GPU")
+    return Paused(
+        r, f"paused: host stopped by {_WHO[r]}; only the operator resumes it (no resume command yet: it stays paused)"
+    )
+
+
+def at_cap(*, job_phase: str | None, held_work: bool) -> CapMove:
+    """At a budget cap, what becomes of one of a job's hosts: a training host that holds the job's
+    work is paused (stopped, the job waits for room); anything else ends through the provisioning
+    policy (`BudgetCapReached`)."""
+    return "pause" if job_phase == "training" and held_work else "end"
+
+
+def settling(*, resumed: bool, step: int, paused_step: int, since_launch_s: float, stall_s: float) -> bool:
+    """A job resumed after our stop has not yet caught up with the work it had done before it: its
+    progress is not judged (the stall window would count the pause) until it does, or until a whole
+    stall window has passed since the relaunch without it."""
+    return resumed and step <= paused_step and since_launch_s < stall_s
 
 
 def percentile(values: Sequence[float], q: float) -> float | None:

@@ -4,38 +4,59 @@ Each sweep covers every instance in one pass (batch work per tick, not a task pe
 is idempotent, and is safe to run twice at once: state changes go through
 `Rentals.transition`, so two racing sweeps produce one stop and one ledger event per instance.
 Automation stops; it never destroys here. An alert that cannot be delivered never delays a stop:
-alerts are recorded in the outbox after the money action.
+alerts are recorded in the outbox after the money action. Each instance (each cap, each provider)
+is handled on its own: one failure lands in the report's `errors` and the sweep goes on; `run_sweep`
+alerts `sweep_failed` when a sweep raised or reported errors.
+
+Every stop names who stopped the host in its ledger event (`stopped_by`, an
+`app.policy.supervision.StopReason`), so the supervisor knows a training host we stopped from one
+the vendor lost: ours pause the job, theirs are losses.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from sqlalchemy import Engine, select
 from sqlmodel import Field, SQLModel
 
 from app.alerts import Alert, Notifier
-from app.budget import Budget
+from app.budget import Budget, BudgetStatus
 from app.db import read_connection, write_transaction
+from app.ledger import Event
 from app.market import Instance, Market, MarketError
 from app.policy.guardrails import (
+    BUDGET_CHECKPOINT_WAIT_S,
     Adopt,
     Known,
     Listed,
     MarkLost,
     StopOrphan,
+    believable_util,
+    checkpoint_wait_over,
     idle_verdict,
     past_kill_time,
     reconcile,
 )
+from app.policy.supervision import StopReason, at_cap
 from app.ports import HostShell
 from app.rentals import LABEL_PREFIX, Rental, Rentals
 
-__all__ = ["OrphanSighting", "SweepReport", "sweep_budgets", "sweep_idle", "sweep_reconcile", "sweep_ttl"]
+__all__ = [
+    "OrphanSighting",
+    "SweepReport",
+    "budget_room",
+    "run_sweep",
+    "sweep_budgets",
+    "sweep_idle",
+    "sweep_reconcile",
+    "sweep_ttl",
+]
 
 JobPhaseOf = Callable[[str], "str | None"]
-SshUtil = Callable[[Rental, Instance], "float | None"]
+SshUtil = Callable[[str, Instance], "float | None"]  # (the job whose key opens the host, instance)
+StepAdvancedAt = Callable[[Rental], "float | None"]  # when the trainer's step last went up (None: unknown)
 HeldUntil = Callable[[Rental], "float | None"]  # a held verified host's hold_until (None: not held)
 
 NVIDIA_SMI = "nvidia-smi --query-gpu=utilization.gpu --format=csv,noheader,nounits"
@@ -91,6 +112,24 @@ def _alert(notifier: Notifier | None, alert: Alert) -> None:
         pass
 
 
+def run_sweep(name: str, sweep: Callable[[], SweepReport], *, notifier: Notifier | None, now: float) -> SweepReport:
+    """Run one sweep and alert (`sweep_failed`, once per sweep and hour) when it raised or reported
+    errors: a sweep that fails every tick must not fail silently. A raised error is re-raised."""
+    try:
+        report = sweep()
+    except Exception as exc:
+        _alert(notifier, _sweep_failed(name, f"failed: {type(exc).__name__}: {exc}", now=now))
+        raise
+    if report.errors:
+        more = f" (and {len(report.errors) - 1} more)" if len(report.errors) > 1 else ""
+        _alert(notifier, _sweep_failed(name, f"{report.errors[0]}{more}", now=now))
+    return report
+
+
+def _sweep_failed(name: str, what: str, *, now: float) -> Alert:
+    return Alert("sweep_failed", f"{name}: {what}", key=f"sweep_failed:{name}:{int(now // 3600)}")
+
+
 def sweep_idle(
     rentals: Rentals,
     markets: Mapping[str, Market],
@@ -101,11 +140,16 @@ def sweep_idle(
     job_phase: JobPhaseOf | None = None,
     ssh_util: SshUtil | None = None,
     held_until: HeldUntil | None = None,
+    step_advanced_at: StepAdvancedAt | None = None,
 ) -> SweepReport:
     """Stop every running instance whose GPU has been idle longer than the grace period.
 
     Utilisation is the vendor's figure and, where the host answers over SSH, `nvidia-smi`'s; the
-    busier of the two counts (a vendor's stale zero must not stop a training GPU).
+    busier of the two counts (a vendor's stale zero must not stop a training GPU); a figure
+    outside [0, 100] or NaN is unknown. Utilisation is the host's word, though: where the trainer's
+    step progress is known (`step_advanced_at`), a step that stood still for the grace period makes
+    the host idle whatever utilisation it prints. Each instance is judged on its own: one that
+    fails (a vendor error on its stop) is reported in `errors` and the others go on.
 
     A held verified host (`held_until`) is idle on purpose until its hold ends: it is left alone
     (its idle spell does not start) until then; after that the hold sweep releases it, and this
@@ -117,44 +161,86 @@ def sweep_idle(
         if market is None or r.instance_id is None:
             continue
         report.examined += 1
-        until = held_until(r) if held_until is not None else None
-        if until is not None and now < until:
-            if r.idle_since is not None:
-                rentals.note_utilisation(r.id, gpu_util=r.last_gpu_util, idle_since=None)
-            continue
         try:
-            inst = market.status(r.instance_id)
-        except MarketError as exc:
-            report.errors.append(f"{r.instance_id}: {exc}")
-            continue
-        if inst.state != "running":
-            continue
-        phase = job_phase(r.job) if job_phase else None
-        samples = [u for u in (inst.gpu_util, ssh_util(r, inst) if ssh_util else None) if u is not None]
-        util = max(samples) if samples else None
-        verdict = idle_verdict(gpu_util_pct=util, job_phase=phase, idle_since=r.idle_since, now=now, grace_s=grace_s)
-        rentals.note_utilisation(r.id, gpu_util=util, idle_since=verdict.idle_since)
-        if not verdict.stop:
-            continue
-        if rentals.stop(
-            r.id,
-            market=market,
-            reason="idle",
-            kind="instance_stopped",
-            now=now,
-            evidence={"watchdog": "idle", "evidence": verdict.evidence},
-        ):
-            report.stopped.append(r.instance_id)
-            _alert(
-                notifier,
-                Alert(
-                    "idle_stopped",
-                    f"stopped idle instance {r.instance_id}: {verdict.evidence}",
-                    job=r.job,
-                    key=f"idle_stopped:{r.id}:{int(now)}",
-                ),
+            _idle_one(
+                rentals,
+                market,
+                r,
+                report,
+                now=now,
+                notifier=notifier,
+                grace_s=grace_s,
+                job_phase=job_phase,
+                ssh_util=ssh_util,
+                held_until=held_until,
+                step_advanced_at=step_advanced_at,
             )
+        except Exception as exc:  # one instance's failure never stops the sweep over the others
+            report.errors.append(_error(r.instance_id, exc))
     return report
+
+
+def _error(what: str | None, exc: BaseException) -> str:
+    return f"{what}: {type(exc).__name__}: {exc}"
+
+
+def _idle_one(
+    rentals: Rentals,
+    market: Market,
+    r: Rental,
+    report: SweepReport,
+    *,
+    now: float,
+    notifier: Notifier | None,
+    grace_s: float,
+    job_phase: JobPhaseOf | None,
+    ssh_util: SshUtil | None,
+    held_until: HeldUntil | None,
+    step_advanced_at: StepAdvancedAt | None,
+) -> None:
+    until = held_until(r) if held_until is not None else None
+    if until is not None and now < until:
+        if r.idle_since is not None:
+            rentals.note_utilisation(r.id, gpu_util=r.last_gpu_util, idle_since=None)
+        return
+    assert r.instance_id is not None
+    inst = market.status(r.instance_id)
+    if inst.state != "running":
+        return
+    phase = job_phase(r.job) if job_phase else None
+    # The host carries the key of the job it was launched for, also after a handover to another job.
+    readings = (inst.gpu_util, ssh_util(r.opened_by, inst) if ssh_util else None)
+    samples = [u for u in map(believable_util, readings) if u is not None]
+    util = max(samples) if samples else None
+    verdict = idle_verdict(
+        gpu_util_pct=util,
+        job_phase=phase,
+        idle_since=r.idle_since,
+        now=now,
+        grace_s=grace_s,
+        step_advanced_at=step_advanced_at(r) if step_advanced_at is not None else None,
+    )
+    rentals.note_utilisation(r.id, gpu_util=util, idle_since=verdict.idle_since)
+    if not verdict.stop:
+        return
+    if rentals.stop(
+        r.id,
+        market=market,
+        reason="idle",
+        kind="instance_stopped",
+        now=now,
+        evidence={"watchdog": "idle", "evidence": verdict.evidence, "stopped_by": StopReason.IDLE.value},
+    ):
+        report.stopped.append(r.instance_id)
+        _alert(
+            notifier,
+            Alert(
+                "idle_stopped",
+                f"stopped idle instance {r.instance_id}: {verdict.evidence}",
+                job=r.job,
+                key=f"idle_stopped:{r.id}:{int(now)}",
+            ),
+        )
 
 
 def sweep_ttl(
@@ -180,10 +266,10 @@ def sweep_ttl(
                 reason="ttl",
                 kind="instance_stopped",
                 now=now,
-                evidence={"watchdog": "ttl", "kill_at": r.kill_at},
+                evidence={"watchdog": "ttl", "kill_at": r.kill_at, "stopped_by": StopReason.KILL_TIME.value},
             )
-        except MarketError as exc:
-            report.errors.append(f"{r.instance_id}: {exc}")
+        except Exception as exc:  # one instance's failure never stops the sweep over the others
+            report.errors.append(_error(r.instance_id, exc))
             continue
         if moved:
             report.stopped.append(r.instance_id)
@@ -215,76 +301,113 @@ def sweep_reconcile(
     orphan_grace_s: float,
     notifier: Notifier | None = None,
 ) -> SweepReport:
-    """Join every provider's labelled instances with the registry: adopt, stop orphans, mark lost."""
+    """Join every provider's labelled instances with the registry: adopt, stop orphans, mark lost.
+
+    The registry is read before the listing, and a rental accepted at or after `now` (when this
+    sweep began) is left out: a create recorded while the listing is taken is never mistaken for
+    a lost host. A listing that failed or is incomplete decides nothing. Each provider and each
+    action is isolated: one failure is reported and the others go on.
+    """
     report = SweepReport("reconciler")
     for provider, market in sorted(markets.items()):
         try:
-            listing = market.list_instances(LABEL_PREFIX)
-            complete = True
-        except MarketError as exc:
-            report.errors.append(f"{provider}: listing failed, nothing stopped: {exc}")
-            listing, complete = [], False
-        known_rows = rentals.all(states=("intent", "active", "stopped"))
-        known = [
-            Known(r.id, r.label, r.instance_id, r.state, r.created_at) for r in known_rows if r.provider == provider
-        ]
-        listed = [
-            Listed(
-                i.instance_id, i.label, i.state, i.started_at, _first_seen(rentals.engine, provider, i.instance_id, now)
+            _reconcile_provider(
+                rentals, provider, market, report, now=now, orphan_grace_s=orphan_grace_s, notifier=notifier
             )
-            for i in listing
-        ]
-        report.examined += len(listed)
-        for action in reconcile(
-            known=known, listed=listed, listing_complete=complete, now=now, orphan_grace_s=orphan_grace_s
-        ):
-            if isinstance(action, Adopt):
-                # A create crashed after the provider accepted it: record the instance, then
-                # stop it, since nothing is driving it (the job restarts it when it resumes).
-                rentals.adopt(action.rental_id, action.instance_id, now=now)
-                report.adopted.append(action.instance_id)
-                try:
-                    if rentals.stop(
-                        action.rental_id,
-                        market=market,
-                        reason="crashed create",
-                        kind="instance_stopped",
-                        now=now,
-                        evidence={"evidence": action.evidence},
-                    ):
-                        report.stopped.append(action.instance_id)
-                except MarketError as exc:
-                    report.errors.append(f"{action.instance_id}: {exc}")
-            elif isinstance(action, StopOrphan):
-                try:
-                    market.stop(action.instance_id)
-                except MarketError as exc:
-                    report.errors.append(f"{action.instance_id}: {exc}")
-                    continue
-                rentals.ledger.append(_orphan_event(provider, action, now))
-                report.stopped.append(action.instance_id)
-                _alert(
-                    notifier,
-                    Alert(
-                        "orphan_stopped",
-                        f"stopped orphan {action.instance_id} ({action.label})",
-                        key=f"orphan_stopped:{provider}:{action.instance_id}",
-                    ),
-                )
-            elif isinstance(action, MarkLost):
-                r = rentals.get(action.rental_id)
-                if r is not None and rentals.transition(
-                    action.rental_id,
-                    to="lost",
-                    from_states=("active", "stopped"),
-                    kind="instance_lost",
-                    reason="provider no longer lists it",
-                    now=now,
-                    evidence={"evidence": action.evidence},
-                ):
-                    report.lost.append(action.instance_id)
-                    rentals.settle(action.rental_id, now=now, reason="instance lost: billing ended")
+        except Exception as exc:  # one provider's failure never stops the others
+            report.errors.append(_error(provider, exc))
     return report
+
+
+def _reconcile_provider(
+    rentals: Rentals,
+    provider: str,
+    market: Market,
+    report: SweepReport,
+    *,
+    now: float,
+    orphan_grace_s: float,
+    notifier: Notifier | None,
+) -> None:
+    # The registry first: whatever is accepted after this read is not judged by this listing.
+    known = [
+        Known(r.id, r.label, r.instance_id, r.state, r.created_at)
+        for r in rentals.all(states=("intent", "active", "stopped"))
+        if r.provider == provider and (r.accepted_at is None or r.accepted_at < now)
+    ]
+    try:
+        listing = market.list_instances(LABEL_PREFIX)
+        complete = True
+    except MarketError as exc:
+        report.errors.append(f"{provider}: listing failed, nothing stopped: {exc}")
+        listing, complete = [], False
+    listed = [
+        Listed(i.instance_id, i.label, i.state, i.started_at, _first_seen(rentals.engine, provider, i.instance_id, now))
+        for i in listing
+    ]
+    report.examined += len(listed)
+    for action in reconcile(
+        known=known, listed=listed, listing_complete=complete, now=now, orphan_grace_s=orphan_grace_s
+    ):
+        try:
+            _apply_reconcile(rentals, provider, market, action, report, now=now, notifier=notifier)
+        except Exception as exc:  # one instance's failure never stops the others
+            report.errors.append(_error(action.instance_id, exc))
+
+
+def _apply_reconcile(
+    rentals: Rentals,
+    provider: str,
+    market: Market,
+    action: Adopt | StopOrphan | MarkLost,
+    report: SweepReport,
+    *,
+    now: float,
+    notifier: Notifier | None,
+) -> None:
+    if isinstance(action, Adopt):
+        # A create crashed after the provider accepted it: record the instance, then stop it,
+        # since nothing is driving it (the job restarts it when it resumes). If its own create
+        # recorded it meanwhile, it is a healthy host: leave it alone.
+        if not rentals.adopt(action.rental_id, action.instance_id, now=now):
+            return
+        report.adopted.append(action.instance_id)
+        if rentals.stop(
+            action.rental_id,
+            market=market,
+            reason="crashed create",
+            kind="instance_stopped",
+            now=now,
+            evidence={"evidence": action.evidence, "stopped_by": StopReason.RECONCILER.value},
+        ):
+            report.stopped.append(action.instance_id)
+    elif isinstance(action, StopOrphan):
+        if rentals.by_instance(provider, action.instance_id) is not None:
+            return  # recorded since the registry was read: not an orphan
+        market.stop(action.instance_id)
+        rentals.ledger.append(_orphan_event(provider, action, now))
+        report.stopped.append(action.instance_id)
+        _alert(
+            notifier,
+            Alert(
+                "orphan_stopped",
+                f"stopped orphan {action.instance_id} ({action.label})",
+                key=f"orphan_stopped:{provider}:{action.instance_id}",
+            ),
+        )
+    else:
+        r = rentals.get(action.rental_id)
+        if r is not None and rentals.transition(
+            action.rental_id,
+            to="lost",
+            from_states=("active", "stopped"),
+            kind="instance_lost",
+            reason="provider no longer lists it",
+            now=now,
+            evidence={"evidence": action.evidence},
+        ):
+            report.lost.append(action.instance_id)
+            rentals.settle(action.rental_id, now=now, reason="instance lost: billing ended")
 
 
 def _orphan_event(provider: str, action: StopOrphan, now: float):  # type: ignore[no-untyped-def]
@@ -295,7 +418,7 @@ def _orphan_event(provider: str, action: StopOrphan, now: float):  # type: ignor
         instance=action.instance_id,
         provider=provider,
         reason="orphan",
-        payload={"label": action.label, "evidence": action.evidence},
+        payload={"label": action.label, "evidence": action.evidence, "stopped_by": StopReason.RECONCILER.value},
         idempotency_key=f"orphan_stopped:{provider}:{action.instance_id}",
     )
 
@@ -309,6 +432,37 @@ def _burn_per_s(r: Rental, *, unit: str) -> float:
     return storage + ((r.rate_usd_per_hour or 0.0) / 3600.0 if r.state == "active" else 0.0)
 
 
+def _spend(rentals: Rentals | None, mine: list[Rental], *, unit: str, spent_usd: float, now: float) -> float:
+    """What a cap has spent: settled reservations plus what its live rentals have billed so far."""
+    if rentals is None:
+        return spent_usd
+    if unit == "gpu_minutes":
+        return spent_usd + sum(max(0.0, (r.stopped_at or now) - rentals.billed_from(r)) / 60.0 for r in mine)
+    return spent_usd + sum(rentals.spent_usd(r, now=now) for r in mine)
+
+
+def budget_room(budget: Budget, rentals: Rentals, rental: Rental, *, now: float) -> bool:
+    """Has every cap over this (stopped) rental room for it running again? The same level the budget
+    monitor stops at (`budget_verdict`), counted as if the host were billing its GPU again."""
+    from app.policy.fleet import budget_verdict
+    from app.policy.provisioning import guarded_config
+
+    cfg = guarded_config()
+    ours = set(rentals.reservations_of(rental.id))
+    live = rentals.all(states=("active", "stopped"))
+    running = replace(rental, state="active")
+    for s in budget.status():
+        held = budget.held(s.name)
+        if not held & ours:
+            continue
+        mine = [r for r in live if held & set(rentals.reservations_of(r.id))]
+        spent = _spend(rentals, mine, unit=s.unit, spent_usd=s.spent_usd, now=now)
+        burn = sum(_burn_per_s(running if r.id == rental.id else r, unit=s.unit) for r in mine)
+        if budget_verdict(spent_usd=spent, burn_usd_per_s=burn, cap_usd=s.cap_usd, cfg=cfg) == "stop":
+            return False
+    return True
+
+
 def sweep_budgets(
     budget: Budget,
     *,
@@ -318,6 +472,8 @@ def sweep_budgets(
     now: float | None = None,
     checkpoint_safe: Callable[[str], bool] | None = None,
     end_job: Callable[[str, str, str], bool] | None = None,
+    job_phase: JobPhaseOf | None = None,
+    checkpoint_wait_s: float = BUDGET_CHECKPOINT_WAIT_S,
 ) -> SweepReport:
     """Spend against every cap: warn at 80%, and at the cap end what spends under it.
 
@@ -327,7 +483,14 @@ def sweep_budgets(
     its host stopped, or destroyed if it never held work; its standby jobs too; nothing new rented;
     the job fails naming the cap); a rental with no provisioning job behind it (a finished job's
     held host) is stopped directly. A job whose host holds its work is ended only once its latest
-    checkpoint is safe (pulled off the host); until then the stop waits for the next sweep.
+    checkpoint is safe (pulled off the host); until then the stop waits for the next sweep, but
+    at most `checkpoint_wait_s` from the first sweep that waited (`budget_stop_waiting` in the
+    ledger): then the host is stopped anyway, its stop event naming the expired wait, since a
+    host's own reports can keep its checkpoint unsafe forever.
+
+    A training job's host that holds its work (`job_phase` says training) is not ended but paused
+    (`app.policy.supervision.at_cap`): the host is stopped with `stopped_by=budget`, and the job's
+    supervisor pauses the job until the cap has room again, then restarts the host and goes on.
 
     Spend is what was billed: settled reservations plus what live rentals have billed so far
     (GPU while running, storage while stopped), not what is merely reserved. New creates are
@@ -343,70 +506,112 @@ def sweep_budgets(
     now = _time.time() if now is None else now
     live = rentals.all(states=("active", "stopped")) if rentals is not None else []
     for s in budget.status():
-        report.examined += 1
-        held = budget.held(s.name)
-        mine = [r for r in live if rentals is not None and held & set(rentals.reservations_of(r.id))]
-        if s.unit == "gpu_minutes":
-            billed = (
-                sum(max(0.0, (r.stopped_at or now) - rentals.billed_from(r)) / 60.0 for r in mine)
-                if rentals is not None
-                else 0.0
+        try:
+            report.examined += 1
+            held = budget.held(s.name)
+            mine = [r for r in live if rentals is not None and held & set(rentals.reservations_of(r.id))]
+            spent = _spend(rentals, mine, unit=s.unit, spent_usd=s.spent_usd, now=now)
+            burn = sum(_burn_per_s(r, unit=s.unit) for r in mine)
+            level = budget_verdict(spent_usd=spent, burn_usd_per_s=burn, cap_usd=s.cap_usd, cfg=cfg)
+            if level == "ok":
+                continue
+            report.warnings.append(f"{s.name}:{level}")
+            kind = "budget_warning" if level == "warning" else "budget_stop"
+            unit = "GPU min" if s.unit == "gpu_minutes" else "$"
+            _alert(
+                notifier,
+                Alert(
+                    kind,
+                    f"budget {s.name}: {spent:.2f} of {s.cap_usd:.2f} {unit} spent",
+                    key=f"{kind}:{s.name}:{s.cap_usd}:{int(now // 86400)}",
+                ),
             )
-        else:
-            billed = sum(rentals.spent_usd(r, now=now) for r in mine) if rentals is not None else 0.0
-        spent = s.spent_usd + billed
-        burn = sum(_burn_per_s(r, unit=s.unit) for r in mine)
-        level = budget_verdict(spent_usd=spent, burn_usd_per_s=burn, cap_usd=s.cap_usd, cfg=cfg)
-        if level == "ok":
-            continue
-        report.warnings.append(f"{s.name}:{level}")
-        kind = "budget_warning" if level == "warning" else "budget_stop"
-        unit = "GPU min" if s.unit == "gpu_minutes" else "$"
-        _alert(
-            notifier,
-            Alert(
-                kind,
-                f"budget {s.name}: {spent:.2f} of {s.cap_usd:.2f} {unit} spent",
-                key=f"{kind}:{s.name}:{s.cap_usd}:{int(now // 86400)}",
-            ),
-        )
-        if level != "stop" or rentals is None or markets is None:
-            continue
-        ended: set[str] = set()
-        for r in mine:
-            market = markets.get(r.provider)
-            if market is None or r.state != "active":
+            if level != "stop" or rentals is None or markets is None:
                 continue
-            if r.held_work and checkpoint_safe is not None and not checkpoint_safe(r.job):
-                report.warnings.append(f"{s.name}:stop-waits-for-checkpoint:{r.job}")
-                continue
-            if r.job in ended:
-                continue
-            cap = f"budget {s.name} (${s.cap_usd:.2f})" if s.unit != "gpu_minutes" else f"budget {s.name}"
-            if end_job is not None and end_job(r.job, cap, f"{spent:.4f} of {s.cap_usd:.4f} spent"):
-                ended.add(r.job)
-                report.stopped += [
-                    x.instance_id
-                    for x in mine
-                    if x.job == r.job
-                    and x.instance_id
-                    and (now_ := rentals.get(x.id)) is not None
-                    and now_.state != "active"
-                ]
-                continue
-            try:
-                if rentals.stop(
-                    r.id,
-                    market=market,
-                    reason="budget_stop",
-                    kind="instance_stopped",
-                    now=now,
-                    evidence={"budget": s.name, "spent": round(spent, 6), "cap": s.cap_usd},
-                ):
-                    report.stopped.append(r.instance_id or "")
-            except MarketError as exc:
-                report.errors.append(f"{r.instance_id}: {exc}")
+            ended: set[str] = set()
+            for r in mine:
+                try:
+                    _stop_at_cap(
+                        rentals,
+                        markets,
+                        r,
+                        mine,
+                        s,
+                        report,
+                        ended,
+                        spent=spent,
+                        now=now,
+                        checkpoint_safe=checkpoint_safe,
+                        end_job=end_job,
+                        job_phase=job_phase,
+                        checkpoint_wait_s=checkpoint_wait_s,
+                    )
+                except Exception as exc:  # one instance's failure never stops the others
+                    report.errors.append(_error(r.instance_id, exc))
+        except Exception as exc:  # one cap's failure never stops the sweep over the others
+            report.errors.append(_error(s.name, exc))
     return report
+
+
+def _stop_at_cap(
+    rentals: Rentals,
+    markets: Mapping[str, Market],
+    r: Rental,
+    mine: list[Rental],
+    s: BudgetStatus,
+    report: SweepReport,
+    ended: set[str],
+    *,
+    spent: float,
+    now: float,
+    checkpoint_safe: Callable[[str], bool] | None,
+    end_job: Callable[[str, str, str], bool] | None,
+    job_phase: JobPhaseOf | None,
+    checkpoint_wait_s: float,
+) -> None:
+    market = markets.get(r.provider)
+    if market is None or r.state != "active" or r.job in ended:
+        return
+    forced = False
+    if r.held_work and checkpoint_safe is not None and not checkpoint_safe(r.job):
+        # The wait has a deadline no host value can extend: its start is written once, in the ledger.
+        waiting = rentals.ledger.append(
+            Event(
+                kind="budget_stop_waiting",
+                job=r.job,
+                instance=r.instance_id,
+                provider=r.provider,
+                reason=f"budget {s.name} at its cap: the stop waits for the newest checkpoint",
+                payload={"budget": s.name, "cap": s.cap_usd, "since": now, "max_wait_s": checkpoint_wait_s},
+                idempotency_key=f"budget_stop_waiting:{s.name}:{s.cap_usd}:{r.id}",
+            )
+        )
+        since = float(waiting.payload.get("since", now))
+        if not checkpoint_wait_over(waiting_since=since, now=now, max_wait_s=checkpoint_wait_s):
+            report.warnings.append(f"{s.name}:stop-waits-for-checkpoint:{r.job}")
+            return
+        forced = True
+        report.warnings.append(f"{s.name}:checkpoint-wait-over:{r.job}")
+    cap = f"budget {s.name} (${s.cap_usd:.2f})" if s.unit != "gpu_minutes" else f"budget {s.name}"
+    move = at_cap(job_phase=job_phase(r.job) if job_phase else None, held_work=r.held_work)
+    if move == "end" and end_job is not None and end_job(r.job, cap, f"{spent:.4f} of {s.cap_usd:.4f} spent"):
+        ended.add(r.job)
+        report.stopped += [
+            x.instance_id
+            for x in mine
+            if x.job == r.job and x.instance_id and (now_ := rentals.get(x.id)) is not None and now_.state != "active"
+        ]
+        return
+    evidence: dict[str, object] = {
+        "budget": s.name,
+        "spent": round(spent, 6),
+        "cap": s.cap_usd,
+        "stopped_by": StopReason.BUDGET.value,
+    }
+    if forced:
+        evidence["checkpoint_wait_over_s"] = checkpoint_wait_s  # stopped without a safe checkpoint
+    if rentals.stop(r.id, market=market, reason="budget_stop", kind="instance_stopped", now=now, evidence=evidence):
+        report.stopped.append(r.instance_id or "")
 
 
 def known_sightings(engine: Engine) -> dict[tuple[str, str], float]:

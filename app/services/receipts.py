@@ -78,14 +78,18 @@ def _cost(
     job: str | None = None,
     start: float | None = None,
     until: float | None = None,
+    gpu_until: float | None = None,
 ) -> RentalCost:
     """One job's share of a rental: from `start` (its create, or when it was transferred to that
-    job) to `until` (when it was transferred on; None: to its end or now)."""
+    job) to `until` (when it was transferred on; None: to its end or now). `gpu_until`: the GPU
+    stopped billing then (a share that ends where the stopped host was started again)."""
     start = r.created_at if start is None else start
     last = until is None
     gpu_end = (
         min(until, r.stopped_at or r.ended_at or until) if until is not None else r.stopped_at or r.ended_at or now
     )
+    if gpu_until is not None:
+        gpu_end = min(gpu_end, gpu_until)
     life_end = min(until, r.ended_at or until) if until is not None else r.ended_at or now
     gpu_usd = (r.rate_usd_per_hour or 0.0) * max(0.0, gpu_end - start) / 3600.0
     storage_per_h = (r.storage_per_gb_month or 0.0) * r.disk_gb / 720.0
@@ -133,13 +137,20 @@ def build_receipt(
 ) -> Receipt:
     """Spend per rental and job, with the reason it stopped or ended (from the ledger). A rental
     transferred to another job (a held host adopted) is split at the transfer: each job pays for
-    its own share."""
+    its own share. A stopped host started again (`Rentals.restart`) is split the same way at the
+    restart, its first share billing GPU only until its stop."""
     reasons: dict[str, str] = {}
     traffic: dict[tuple[str, str | None], float] = defaultdict(float)
-    for e in ledger.rows(kind=["instance_stopped", "instance_destroyed", "instance_lost", "traffic_billed"]):
+    restarted: dict[tuple[str, float], float] = {}  # (instance, restart time) -> when it had stopped
+    kinds = ["instance_stopped", "instance_destroyed", "instance_lost", "traffic_billed", "instance_started"]
+    for e in ledger.rows(kind=kinds):
         if e.instance is None:
             continue
-        if e.kind == "traffic_billed":
+        if e.kind == "instance_started":
+            reasons.pop(e.instance, None)  # running again: its last stop no longer says why it ended
+            if e.payload.get("stopped_at") is not None and e.payload.get("at") is not None:
+                restarted[(e.instance, float(e.payload["at"]))] = float(e.payload["stopped_at"])
+        elif e.kind == "traffic_billed":
             traffic[(e.instance, e.job)] += e.amount_usd or 0.0
         else:
             reasons[e.instance] = e.reason or e.kind
@@ -154,8 +165,11 @@ def build_receipt(
         for i, (who, start, until) in enumerate(shares):
             if job is not None and who != job:
                 continue
+            gpu_until = None if until is None else restarted.get((r.instance_id or "", until))
             if until is None:
                 reason = reasons.get(r.instance_id or "", "running" if r.state == "active" else r.state)
+            elif gpu_until is not None:
+                reason = "stopped, then started again"
             else:
                 reason = f"transferred to {shares[i + 1][0]}"
             out.rentals.append(
@@ -166,6 +180,7 @@ def build_receipt(
                     job=who,
                     start=start,
                     until=until,
+                    gpu_until=gpu_until,
                     traffic_usd=traffic.get((r.instance_id or "", who), 0.0),
                 )
             )
