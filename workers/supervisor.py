@@ -14,10 +14,17 @@ from typing import Any
 from app import bootstrap
 from app.ports import Clock
 from app.services.supervisor import MonitorStep
+from workers.celery_app import app
 from workers.config import MAX_COUNTDOWN_S
 from workers.tasks import task
 
-__all__ = ["monitor_training", "rearm_monitors"]
+__all__ = ["monitor_training", "rearm_monitors", "transfer_to_host"]
+
+# The transfer task's own limits: a model may take long to move. Under the visibility timeout
+# (workers/config.py checks every registered task's limits at start-up); the service ends itself
+# earlier (app.services.supervisor.TRANSFER_TASK_S) and the next task resumes.
+TRANSFER_SOFT_TIME_LIMIT_S = 3300
+TRANSFER_TIME_LIMIT_S = 3600
 
 
 def _countdown_s(wake_at: float | None, clock: Clock) -> float:
@@ -29,6 +36,8 @@ def _countdown_s(wake_at: float | None, clock: Clock) -> float:
 
 def _schedule(step: MonitorStep, clock: Clock) -> dict[str, Any]:
     countdown = _countdown_s(step.wake_at, clock)
+    if step.transfer is not None:
+        transfer_to_host.apply_async(args=[step.job_id, step.transfer])
     if step.next == "monitor" and step.seq is not None:
         monitor_training.apply_async(args=[step.job_id, step.seq], countdown=countdown)
     elif step.next == "provision":
@@ -47,6 +56,20 @@ def monitor_training(self: Any, job_id: str, seq: int) -> dict[str, Any]:
     """One look at a training job's host: heartbeat, checkpoints, slices, loss, hang, finish."""
     sup = bootstrap.supervisor()
     return _schedule(sup.poll(job_id, seq), sup.clock)
+
+
+@app.task(
+    name="tuneharness.ssh.transfer_to_host",
+    bind=True,
+    soft_time_limit=TRANSFER_SOFT_TIME_LIMIT_S,
+    time_limit=TRANSFER_TIME_LIMIT_S,
+)
+def transfer_to_host(self: Any, job_id: str, instance_id: str) -> dict[str, Any]:
+    """Move a job's files onto its new host (resumable, once per host); the monitor starts the slice."""
+    t = bootstrap.supervisor().run_transfer(job_id, instance_id)
+    if t is None:
+        return {"job": job_id, "instance": instance_id, "state": "not run"}
+    return {"job": job_id, "instance": instance_id, "state": t.state, "bytes_done": t.bytes_done}
 
 
 @task("maintenance", "rearm_monitors")

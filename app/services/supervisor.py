@@ -4,9 +4,13 @@
 `SupervisorService.poll`. One poll:
 
 1. looks the job up in the provisioning state machine (the host it trains on);
-2. on a host it has not started yet: pushes the job bundle over SFTP (the trainer's source
+2. on a host it has not started yet: has the job's files put there (the trainer's source
    files, job.json, data, the base model, and the newest checkpoint pulled from an earlier
-   host) and starts `python -m trainer run --job-dir DIR --max-seconds S` detached;
+   host) and starts `python -m trainer run --job-dir DIR --max-seconds S` detached. With a
+   `TransferService` (production), the poll only asks for a transfer task
+   (`app.services.transfer`: resumable, once per host, billed; a public model pinned to a commit
+   is fetched by the host itself) and starts the slice once the transfer is done; without one
+   (tests, small bundles), it pushes over SFTP itself;
 3. otherwise probes it: the provider's view, and over SSH status.json, whether the trainer's
    process lives, the last slice's exit code and the tail of train.log; pulls every new complete
    checkpoint into the ArtifactStore;
@@ -19,6 +23,14 @@
    destroys it), records the failure against the machine and re-queues the job: provisioning
    rents a replacement (that machine excluded) and hands it back here, where the bundle and the
    newest pulled checkpoint are pushed and training resumes.
+
+A host we stopped ourselves (the budget monitor at a cap, the reaper at the kill-time, the idle
+watchdog, the reconciler, the operator: the rental is `stopped` in our registry, and the stop's
+ledger event names who in `stopped_by`) is not lost: `judge_our_stop` pauses the job (phase
+`paused`, a `job_paused` ledger event; nothing quarantined, no `host_lost`, nothing rented) until its
+reason is gone, then the same host is started again (`instance_started`, `job_resumed`) and the
+bundle with the newest pulled checkpoint is pushed as on a new host. A host the vendor stopped or
+lost is lost as before.
 
 Times are on the provisioning service's clock (the sim's scaled clock under the simulator).
 Recovery time = the last good heartbeat before the loss -> the first training step on the new
@@ -51,13 +63,28 @@ from app.artifacts import (
     pull_checkpoints,
 )
 from app.db import read_connection, write_transaction
+from app.errors import BudgetExceeded
 from app.jobs import JobStore
 from app.ledger import Event, Ledger
 from app.market import Instance, Market, MarketError
+from app.policy.guardrails import as_step, believable_checkpoint_step, believable_step
 from app.policy.provisioning import TrainerStatus
-from app.policy.supervision import HostProbe, SupervisorConfig, assess, route_triage
+from app.policy.supervision import (
+    HostProbe,
+    Paused,
+    ResumeFacts,
+    StoppedByUs,
+    SupervisorConfig,
+    assess,
+    judge_our_stop,
+    route_triage,
+    settling,
+    stop_reason_of,
+)
 from app.ports import HostShell
+from app.rentals import Rental
 from app.services.provisioning import ProvisioningService, Step
+from app.services.transfer import HubFetch, PushFile, TransferPlan, TransferProgress, TransferService
 from app.triage.rules import DEFAULT_TAIL_BYTES
 
 __all__ = [
@@ -69,9 +96,15 @@ __all__ = [
     "bundle_for_spec",
     "parse_probe_output",
     "remote_job_root",
+    "step_advanced_at",
 ]
 
 ShellFactory = Callable[[Instance, str], HostShell]  # (the instance as the provider sees it, job id)
+DEFAULT_HF_ENDPOINT = "https://huggingface.co"
+# A transfer task ends itself (lease released, progress kept) after this many clock seconds; the
+# monitor asks for the next one, which resumes. Under the transfer task's soft time limit.
+TRANSFER_TASK_S = 3000.0
+MAX_TRANSFER_FAILURES = 3  # transfer tasks in a row that ended in an error having moved nothing
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,6 +146,22 @@ def checkpoint_safe(engine: Engine, job_id: str) -> bool:
     return w.finished or w.pulled_step >= w.host_checkpoint_step
 
 
+def step_advanced_at(engine: Engine, job_id: str, instance_id: str) -> float | None:
+    """When the job's trainer on `instance_id` last advanced its (believed) step, on the
+    supervisor's clock; None when no trainer is launched there (a push, a pause, a finished job).
+
+    The idle watchdog asks this: a host whose step stands still past the grace is idle whatever
+    GPU utilisation it prints."""
+    with read_connection(engine) as conn:
+        row = conn.execute(select(_T.c.state_json).where(_T.c.job_id == job_id)).first()
+    if row is None:
+        return None
+    w = Watch.from_json(row.state_json)
+    if w.finished or w.paused is not None or not w.launched or w.instance_id != instance_id:
+        return None
+    return w.last_progress_at
+
+
 @dataclass
 class Watch:
     """The supervisor's memory of a job (serialised in `supervision.state_json`)."""
@@ -144,6 +193,11 @@ class Watch:
     recoveries: int = 0
     finished: bool = False
     failure: str | None = None
+    # a pause after our own stop of the host (app.policy.supervision.judge_our_stop)
+    paused: str | None = None  # the StopReason's value
+    paused_step: int = 0  # the step reached before the stop
+    restarted_at: float | None = None  # we started the stopped host again to resume (clock time)
+    resumed_launch_at: float | None = None  # the relaunch after that restart; progress settles from here
 
     @classmethod
     def from_json(cls, text: str) -> Watch:
@@ -165,6 +219,7 @@ class MonitorStep:
     seq: int | None = None
     detail: str = ""
     evaluate: str | None = None  # next == "evaluate": the gated job whose seed adapters are all pulled
+    transfer: str | None = None  # also start a transfer task onto this instance (app.services.transfer)
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,6 +228,7 @@ class Bundle:
 
     job_json: Mapping[str, Any]
     files: tuple[tuple[Path, str], ...] = field(default=())
+    hub: tuple[str, str] | None = None  # (repo, revision): a public base model the host fetches itself
 
 
 def remote_job_root(job_id: str) -> str:
@@ -185,9 +241,14 @@ def bundle_for_spec(train: Mapping[str, Any], *, base_dir: str | Path) -> Bundle
     job = dict(train)
     files: list[tuple[Path, str]] = []
     base = Path(base_dir)
+    hub: tuple[str, str] | None = None
     for key in ("base_model", "train_file", "eval_file"):
         value = job.get(key)
         if value is None:
+            continue
+        if key == "base_model" and isinstance(value, Mapping):
+            hub = (str(value["hf"]), str(value["revision"]))  # fetched by the host into base_model/
+            job[key] = "base_model"
             continue
         local = Path(str(value)) if Path(str(value)).is_absolute() else base / str(value)
         if key == "base_model":
@@ -200,7 +261,7 @@ def bundle_for_spec(train: Mapping[str, Any], *, base_dir: str | Path) -> Bundle
             remote = f"data/{local.name}"
             files.append((local, remote))
         job[key] = remote
-    return Bundle(job_json=job, files=tuple(files))
+    return Bundle(job_json=job, files=tuple(files), hub=hub)
 
 
 def _trainer_sources(trainer_dir: Path) -> list[tuple[Path, str]]:
@@ -296,6 +357,8 @@ class SupervisorService:
         triage: Triage,
         jobs: JobStore | None = None,
         cfg: SupervisorConfig | None = None,
+        transfers: TransferService | None = None,
+        hf_endpoint: str = DEFAULT_HF_ENDPOINT,
     ) -> None:
         self.engine = engine
         self.provisioning = provisioning
@@ -310,6 +373,9 @@ class SupervisorService:
         self.cfg = cfg or SupervisorConfig()
         self.ledger = Ledger(engine)
         self.clock = provisioning.clock
+        # None: the bundle is pushed inside the poll (small bundles, the simulator's hosts)
+        self.transfers = transfers
+        self.hf_endpoint = hf_endpoint
 
     # -- state -------------------------------------------------------------------------------
     def watch(self, job_id: str) -> tuple[Watch, int] | None:
@@ -423,7 +489,7 @@ class SupervisorService:
             step = self._next(job_id, self.cfg.repoll_s, f"poll failed: {exc}")
         self._save(job_id, watch)
         if step.next == "monitor":
-            return MonitorStep(job_id, "monitor", step.wake_at, seq + 1, step.detail)
+            return MonitorStep(job_id, "monitor", step.wake_at, seq + 1, step.detail, transfer=step.transfer)
         return step
 
     def _shell(self, inst: Instance, job_id: str) -> HostShell:
@@ -440,13 +506,30 @@ class SupervisorService:
         from app.ssh import SSHError  # paramiko loads only where hosts are polled
 
         now = self.clock.now()
-        if inst.state in ("gone", "exited"):
+        ours = self._our_stop(inst)
+        if ours is not None:
+            return self._paused(job_id, w, market, inst, ours)
+        restarting_for_s = None if w.restarted_at is None or w.launched else now - w.restarted_at
+        settle = settling(
+            resumed=w.resumed_launch_at is not None,
+            step=w.step,
+            paused_step=w.paused_step,
+            since_launch_s=now - (w.resumed_launch_at or now),
+            stall_s=self.provisioning.cfg.stall_s,
+        )
+        if inst.state == "gone" or (inst.state == "exited" and restarting_for_s is None):
             return self._lost(job_id, w, inst, f"provider reports the instance {inst.state}")
+        if not w.launched and self.transfers is not None:
+            waiting = self._await_transfer(job_id, w, inst)
+            if waiting is not None:
+                return waiting
         shell: HostShell | None = None
         try:
             shell = self._shell(inst, job_id)
             if not w.launched:
                 self._launch(job_id, w, shell, first_on_host=True)
+                if w.restarted_at is not None:
+                    w.restarted_at, w.resumed_launch_at = None, now
                 return self._next(job_id, self.cfg.monitor_s, "trainer started")
             out = shell.run(_probe_command(remote_job_root(job_id)), timeout_s=30)
             parsed = parse_probe_output(out.stdout)
@@ -454,12 +537,14 @@ class SupervisorService:
         except (OSError, EOFError, ArtifactError, SSHError) as exc:
             w.ssh_failures += 1
             probe = HostProbe(provider_state=inst.state, ssh_ok=False)
-            verdict = assess(probe, ssh_failures=w.ssh_failures, cfg=self.cfg)
+            verdict = assess(probe, ssh_failures=w.ssh_failures, cfg=self.cfg, restarting_for_s=restarting_for_s)
+            if verdict.kind == "restarting":
+                return self._next(job_id, self.cfg.repoll_s, verdict.why)
             if verdict.kind == "lost":
                 return self._lost(job_id, w, inst, f"{verdict.why}: {exc}")
             # SSH down once, or the provider says running: look again soon. While the provider says
             # running, the state machine's stall window turns a host that never answers into a hang.
-            if inst.state == "running":
+            if inst.state == "running" and not settle:
                 step = self._observe(job_id, inst, w, phase=None)
                 if step.phase == "queued":
                     return self._requeued(
@@ -477,9 +562,11 @@ class SupervisorService:
         w.last_ok_poll_at = now
         if parsed["no_job_dir"]:
             w.launched = False
+            if self.transfers is not None:
+                self.transfers.forget(job_id, inst.instance_id)
             return self._next(job_id, 0.0, "job directory missing on the host: push again")
         status: dict[str, Any] = parsed["status"]
-        self._note_status(w, status, now=now)
+        self._note_status(w, status, now=now, max_steps=self._max_steps(job_id))
         if w.lost_at is not None and w.step > w.resume_step:
             self._record_recovery(job_id, w, parsed["log"])
         probe = HostProbe(
@@ -492,6 +579,15 @@ class SupervisorService:
         )
         verdict = assess(probe, ssh_failures=0, cfg=self.cfg)
         if verdict.kind == "training":
+            if settling(
+                resumed=w.resumed_launch_at is not None,
+                step=w.step,
+                paused_step=w.paused_step,
+                since_launch_s=now - (w.resumed_launch_at or now),
+                stall_s=self.provisioning.cfg.stall_s,
+            ):
+                return self._next(job_id, self.cfg.monitor_s, f"step {w.step}: catching up after the pause")
+            w.resumed_launch_at = None
             step = self._observe(job_id, inst, w, phase="training")
             if step.phase == "queued":
                 return self._requeued(job_id, w, step, cause="hang", evidence="no training progress (stall window)")
@@ -504,8 +600,11 @@ class SupervisorService:
         return self._dead(job_id, w, market, inst, parsed, verdict.why)
 
     # -- the pieces ----------------------------------------------------------------------------
-    def _note_status(self, w: Watch, status: Mapping[str, Any], *, now: float) -> None:
-        step = int(status.get("step") or 0)
+    def _note_status(self, w: Watch, status: Mapping[str, Any], *, now: float, max_steps: int | None = None) -> None:
+        """Take in the host's status.json. Its numbers are the host's word: a step that goes backwards
+        or passes the job's `max_steps`, or a checkpoint ahead of the step, is not believed."""
+        max_steps = max_steps if max_steps is not None else w.max_steps
+        step = believable_step(reported=status.get("step") or 0, previous=w.step, max_steps=max_steps)
         hb_wall = _wall_of(status.get("updated_at"))
         if hb_wall is not None:
             w.last_heartbeat_at = self._clock_of(hb_wall)
@@ -516,12 +615,22 @@ class SupervisorService:
             w.last_progress_at = now
             w.last_step_seen_at = now
         w.step = step
-        if status.get("max_steps") is not None:
-            w.max_steps = int(status["max_steps"])
+        if max_steps is not None:
+            w.max_steps = max_steps  # the job's own, never the host's
+        elif status.get("max_steps") is not None:
+            w.max_steps = as_step(status["max_steps"])
         if status.get("loss") is not None:
             w.loss = float(status["loss"])
         if status.get("last_checkpoint_step") is not None:
-            w.host_checkpoint_step = int(status["last_checkpoint_step"])
+            w.host_checkpoint_step = believable_checkpoint_step(
+                reported=status["last_checkpoint_step"], previous=w.host_checkpoint_step, step=w.step
+            )
+
+    def _max_steps(self, job_id: str) -> int | None:
+        """The job's `max_steps` from its own job file (the host's status.json may say anything)."""
+        record = self.jobs.get(job_id)
+        train = record.spec.get("train") if record is not None else None
+        return as_step(train.get("max_steps")) if isinstance(train, Mapping) else None
 
     def _clock_of(self, wall: float) -> float:
         """A wall timestamp on the service's clock (scaled under the simulator)."""
@@ -580,6 +689,82 @@ class SupervisorService:
         shell.put(local_ckpt / "COMPLETE", f"{root}/job/checkpoints/{name}/COMPLETE")  # last: complete only now
         return int(name.split("-")[1])
 
+    # -- the transfer onto a new host (app.services.transfer) -------------------------------------
+    def _await_transfer(self, job_id: str, w: Watch, inst: Instance) -> MonitorStep | None:
+        """None when the job's files are on the host (the slice may start); otherwise the next look,
+        with a transfer task asked for when none runs. A failed transfer fails the start on this host."""
+        assert self.transfers is not None
+        t = self.transfers.get(job_id, inst.instance_id)
+        if t is not None and t.done:
+            newest = latest_checkpoint(self.store, job=job_id)
+            if newest is None or int(newest.split("-")[1]) <= t.resume_step:
+                return None
+            self.transfers.forget(job_id, inst.instance_id)  # a newer checkpoint: only it moves (manifest)
+            t = None
+        if t is not None and t.state == "failed":
+            step = self._observe(job_id, inst, w, phase="failed", error=f"transfer failed: {t.error}")
+            return self._requeued(job_id, w, step, cause="lost", evidence=f"transfer onto the host failed: {t.error}")
+        if t is not None and t.failures >= MAX_TRANSFER_FAILURES:
+            # the host takes no file (SSH down while the provider says running): judged as lost
+            return self._lost(job_id, w, inst, f"{t.failures} transfer tasks in a row moved nothing: {t.error}")
+        start = self.transfers.request(job_id, inst.provider, inst.instance_id)
+        detail = "transfer queued" if t is None else _transfer_detail(t)
+        if start:
+            self.jobs.set_phase(job_id, "training", detail=f"moving the job's files onto {inst.instance_id}")
+        return MonitorStep(
+            job_id,
+            "monitor",
+            self.clock.now() + self.cfg.repoll_s,
+            detail=detail,
+            transfer=inst.instance_id if start else None,
+        )
+
+    def transfer_plan(self, job_id: str) -> TransferPlan:
+        """What goes onto a new host: code first, then data, a private model, the newest pulled
+        checkpoint (its COMPLETE last), job.json; a public pinned model is fetched by the host."""
+        root = remote_job_root(job_id)
+        bundle = self.bundle_for(job_id)
+        stage = self.staging / job_id / "bundle"
+        stage.mkdir(parents=True, exist_ok=True)
+        files = [PushFile(local, f"code/{rel}") for local, rel in _trainer_sources(self.trainer_dir)]
+        files += [PushFile(local, f"job/{rel}") for local, rel in bundle.files]
+        name = latest_checkpoint(self.store, job=job_id)
+        step = 0
+        if name is not None:
+            local_ckpt = fetch_dir(self.store, f"jobs/{job_id}/checkpoints/{name}", stage / name)
+            ck = sorted(p for p in local_ckpt.rglob("*") if p.is_file() and p.name != "COMPLETE")
+            files += [PushFile(p, f"job/checkpoints/{name}/{p.relative_to(local_ckpt).as_posix()}") for p in ck]
+            files.append(PushFile(local_ckpt / "COMPLETE", f"job/checkpoints/{name}/COMPLETE"))
+            step = int(name.split("-")[1])
+        job_json = stage / "job.json"
+        text = json.dumps(dict(bundle.job_json), indent=1, sort_keys=True)
+        if not job_json.is_file() or job_json.read_text(encoding="utf-8") != text:
+            job_json.write_text(text, encoding="utf-8")
+        files.append(PushFile(job_json, "job/job.json"))
+        fetch = None
+        if bundle.hub is not None:
+            fetch = HubFetch(self.hf_endpoint, bundle.hub[0], bundle.hub[1], "job/base_model")
+        return TransferPlan(root=root, files=tuple(files), fetch=fetch, resume_step=step)
+
+    def run_transfer(
+        self, job_id: str, instance_id: str, *, deadline_s: float = TRANSFER_TASK_S
+    ) -> TransferProgress | None:
+        """The transfer task's body: move the plan onto the job's current host until done or the
+        deadline; None when the job is not on that host any more or another task moves it."""
+        assert self.transfers is not None, "run_transfer needs a TransferService"
+        loaded = self.provisioning.state(job_id)
+        if loaded is None or loaded[0].attempt is None or loaded[0].attempt.instance_id != instance_id:
+            return None
+        att = loaded[0].attempt
+        inst = self.provisioning.market_for(att.provider).status(instance_id)
+        shell = self._shell(inst, job_id)
+        try:
+            return self.transfers.run(
+                job_id, att.provider, instance_id, shell=shell, plan=self.transfer_plan(job_id), deadline_s=deadline_s
+            )
+        finally:
+            shell.close()
+
     def _start_slice(self, job_id: str, w: Watch, shell: HostShell) -> None:
         root = remote_job_root(job_id)
         slice_wall_s = max(1.0, self._wall_s(self.cfg.slice_s))
@@ -590,8 +775,11 @@ class SupervisorService:
             + steps
             + "; echo $? > ../slice.exit"
         )
+        from app.hoststack import ACTIVATE_STACK  # what the bootstrap installed goes first on PYTHONPATH
+
         command = (
-            f"cd {shlex.quote(root)} && rm -f slice.exit && PY=$(command -v python3 || command -v python) && "
+            ACTIVATE_STACK
+            + f"cd {shlex.quote(root)} && rm -f slice.exit && PY=$(command -v python3 || command -v python) && "
             f'nohup setsid sh -c {shlex.quote(inner)} "$PY" > slice.out 2>&1 < /dev/null & '
             f"echo $! > {shlex.quote(root)}/trainer.pid"
         )
@@ -622,7 +810,8 @@ class SupervisorService:
 
     def _launch(self, job_id: str, w: Watch, shell: HostShell, *, first_on_host: bool) -> None:
         if first_on_host:
-            w.resume_step = self._push_bundle(job_id, w, shell)
+            done = None if self.transfers is None else self.transfers.get(job_id, w.instance_id or "")
+            w.resume_step = done.resume_step if done is not None else self._push_bundle(job_id, w, shell)
             w.step = w.resume_step
             w.last_progress_at = self.clock.now()
             w.last_step_seen_at = None
@@ -639,6 +828,9 @@ class SupervisorService:
         self.provisioning.reputation.record(
             w.provider or "", w.machine_id or "", "slice_finished", now=self.clock.now()
         )
+        # The relaunched trainer resumes from its newest checkpoint: a step back to there is believed.
+        w.step = min(w.step, max(w.host_checkpoint_step, w.pulled_step))
+        w.last_step_seen_at = None
         w.last_progress_at = self.clock.now()
 
     def _observe(
@@ -660,6 +852,145 @@ class SupervisorService:
             error=error,
         )
         return self.provisioning.observe(job_id, obs)
+
+    def _our_stop(self, inst: Instance) -> StoppedByUs | None:
+        """The fact: did we stop this host, and who? Our registry holds the rental `stopped` only
+        after one of our stops; the stop's ledger event names who in `stopped_by`."""
+        rental = self.provisioning.rentals.by_instance(inst.provider, inst.instance_id)
+        if rental is None or rental.state != "stopped":
+            return None
+        stops = [
+            r
+            for r in self.ledger.rows(job=rental.job, kind=("instance_stopped", "rental_stopped"))
+            if r.instance == inst.instance_id and r.payload.get("to", "stopped") == "stopped"
+        ]
+        last = stops[-1] if stops else None
+        return StoppedByUs(
+            reason=stop_reason_of(None if last is None else last.payload.get("stopped_by")),
+            stopped_at=rental.stopped_at if rental.stopped_at is not None else self.clock.now(),
+            evidence="" if last is None else last.reason,
+        )
+
+    def _paused(self, job_id: str, w: Watch, market: Market, inst: Instance, stop: StoppedByUs) -> MonitorStep:
+        """Our stop: the job waits (nothing quarantined, nothing rented) until the reason is gone,
+        then its host is started again and the job goes on from its newest checkpoint."""
+        from app.services.guardrails import budget_room
+
+        now = self.clock.now()
+        rentals = self.provisioning.rentals
+        rental = rentals.by_instance(inst.provider, inst.instance_id)
+        if rental is None:  # gone from the registry since _our_stop looked
+            return self._next(job_id, self.cfg.repoll_s, "rental changed; look again")
+        facts = ResumeFacts(budget_room=budget_room(rentals.budget, rentals, rental, now=now), kill_at=rental.kill_at)
+        decision = judge_our_stop(stop, facts, now=now)
+        if isinstance(decision, Paused):
+            if w.paused != decision.reason.value:
+                w.paused, w.paused_step, w.launched = decision.reason.value, w.step, False
+                w.restarted_at = w.resumed_launch_at = None
+            record = self.jobs.get(job_id)
+            if record is None or record.phase != "paused" or record.detail != decision.why:
+                self.ledger.append(  # once per stop (its idempotency key); the detail follows the facts
+                    Event(
+                        kind="job_paused",
+                        job=job_id,
+                        instance=inst.instance_id,
+                        provider=inst.provider,
+                        machine=w.machine_id,
+                        reason=decision.why,
+                        payload={
+                            "stopped_by": decision.reason.value,
+                            "stop": stop.evidence,
+                            "stopped_at": stop.stopped_at,
+                            "step": w.step,
+                            "pulled_step": w.pulled_step,
+                        },
+                        idempotency_key=f"{job_id}:paused:{inst.instance_id}:{int(stop.stopped_at * 1000)}",
+                    )
+                )
+                self.jobs.set_phase(job_id, "paused", detail=decision.why)
+            return self._next(job_id, self.cfg.paused_poll_s, decision.why)
+        if inst.state == "gone":  # the vendor lost the stopped host: recover elsewhere, as any loss
+            w.paused = None
+            return self._lost(job_id, w, inst, f"provider reports the instance gone while paused ({stop.reason.value})")
+        refused = self._restart(job_id, w, market, rental, stop, why=decision.why)
+        if refused is not None:
+            self.jobs.set_phase(job_id, "paused", detail=f"paused; resume waits: {refused}")
+            return self._next(job_id, self.cfg.paused_poll_s, refused)
+        self.ledger.append(
+            Event(
+                kind="job_resumed",
+                job=job_id,
+                instance=inst.instance_id,
+                provider=inst.provider,
+                machine=w.machine_id,
+                reason=decision.why,
+                payload={"stopped_by": stop.reason.value, "stopped_at": stop.stopped_at, "step": w.step},
+                idempotency_key=f"{job_id}:resumed:{inst.instance_id}:{int(stop.stopped_at * 1000)}",
+            )
+        )
+        if w.paused is None:  # never seen paused (stopped and resumable between two polls)
+            w.paused_step = w.step
+        w.paused, w.launched, w.ssh_failures = None, False, 0
+        w.restarted_at, w.resumed_launch_at = now, None
+        self.jobs.set_phase(job_id, "training", detail=f"resuming on {w.machine_id}: {decision.why}")
+        return self._next(job_id, self.cfg.repoll_s, f"host started again: {decision.why}")
+
+    def _restart(
+        self, job_id: str, w: Watch, market: Market, rental: Rental, stop: StoppedByUs, *, why: str
+    ) -> str | None:
+        """Start the stopped host again, its reservation for the rest of the training committed
+        first (as for a create); None when it runs again, else why not (the job stays paused)."""
+        from app.policy.fleet import reservation_usd
+
+        now = self.clock.now()
+        rentals = self.provisioning.rentals
+        loaded = self.provisioning.state(job_id)
+        if loaded is None:
+            return "the job's provisioning state is missing"
+        owner = self.provisioning.owner_of(job_id)
+        budget_name = owner if owner in rentals.budget.caps() else "default"
+        offer = rentals.offer_of(rental.id)
+        left = 1.0 if not w.max_steps else min(1.0, max(0.05, 1.0 - w.paused_step / w.max_steps))
+        shape = loaded[0].shape
+        reserve = reservation_usd(
+            offer,
+            replace(shape, train_s=shape.train_s * left),
+            self.provisioning.cfg,
+            pull=False,
+            dph_total=rental.rate_usd_per_hour or offer.dph_total,
+            storage_per_gb_month=rental.storage_per_gb_month,
+            disk_gb=rental.disk_gb,
+        )
+        try:
+            made = rentals.reserve_for(
+                job=owner,
+                budget_name=budget_name,
+                reserve_usd=reserve,
+                dph_total=offer.dph_total,
+                num_gpus=offer.num_gpus,
+                max_s=max(0.0, rental.kill_at - now),
+                idempotency_key=f"reserve:restart:{rental.id}:{int(now * 1000)}",
+                now=now,
+            )
+        except BudgetExceeded as exc:
+            return f"the budget refused the restart's reservation: {exc}"
+        failed: str | None = None
+        try:
+            if not rentals.restart(
+                rental.id,
+                market=market,
+                reservations=made,
+                now=now,
+                reason=f"resumed after a {stop.reason.value} stop: {why}",
+                evidence={"stopped_by": stop.reason.value},
+            ):
+                failed = "the rental is no longer stopped"
+        except MarketError as exc:
+            failed = f"starting the host failed, again soon: {exc}"
+        if failed is not None:
+            for r in made:
+                rentals.budget.release(r.id, reason=f"restart did not happen: {failed}")
+        return failed
 
     def _lost(self, job_id: str, w: Watch, inst: Instance, why: str) -> MonitorStep:
         """The host is lost: rental marked lost (if gone), ledger + alert, then the state machine re-queues."""
@@ -860,3 +1191,10 @@ def recoveries(ledger: Ledger, *, job: str | None = None, since: datetime | None
 
 def interruptions(ledger: Ledger, *, since: datetime | None = None) -> Sequence[dict[str, Any]]:
     return [dict(r.payload) for r in ledger.rows(kind="host_lost", since=since)]
+
+
+def _transfer_detail(t: TransferProgress) -> str:
+    """One line of a transfer's progress: bytes done of total, rate, the file moving now."""
+    rate = "" if not t.rate_bytes_per_s else f" at {t.rate_bytes_per_s / 1e6:.1f} MB/s"
+    now = f" ({t.current})" if t.current else ""
+    return f"transferring: {t.bytes_done / 1e6:.1f} of {t.bytes_total / 1e6:.1f} MB{rate}{now}"

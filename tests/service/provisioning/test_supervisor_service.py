@@ -82,7 +82,7 @@ class FakeHost:
         if self.unreachable:
             raise HostUnreachable("connection refused")
 
-    def run(self, command: str, *, timeout_s: float = 60.0) -> CommandResult:
+    def run(self, command: str, *, timeout_s: float = 60.0, max_output_bytes: int = 4 * 2**20) -> CommandResult:
         self._check()
         if "nohup" in command:
             self.launches += 1
@@ -105,7 +105,7 @@ class FakeHost:
         (self.root / remote).parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(local, self.root / remote)
 
-    def get(self, remote: str, local: Path) -> None:
+    def get(self, remote: str, local: Path, *, max_bytes: int | None = None) -> None:
         self._check()
         local.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(self.root / remote, local)
