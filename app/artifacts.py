@@ -4,7 +4,10 @@ Adapters: a local directory (or a mounted network volume) and any S3-compatible 
 boto3. `pull_checkpoints` and `pull_adapter` copy artifacts off a host through the HostShell
 port: only directories whose COMPLETE manifest is present are pulled, every file is checked
 against the manifest's size and SHA-256 before upload, and the manifest is uploaded last, so a
-store never shows a checkpoint as complete before all of its files are there.
+store never shows a checkpoint as complete before all of its files are there. A host is not
+trusted with our disk: the manifest is read with a small cap, its declared sizes (each file and
+the total) are checked against `PullLimits` and the free disk before anything is copied, and each
+file is copied with its declared size as the most that may arrive.
 
 The manifest format is the trainer's (docs/trainer.md); this module shares no code with it.
 """
@@ -22,13 +25,14 @@ from pathlib import Path, PurePosixPath
 from typing import Any, Protocol, runtime_checkable
 
 from app.errors import TuneharnessError, UserError
-from app.ports import HostShell
+from app.ports import HostOutputTooLarge, HostShell
 
 __all__ = [
     "MARKER",
     "ArtifactError",
     "ArtifactStore",
     "LocalArtifactStore",
+    "PullLimits",
     "PullReport",
     "PushGrant",
     "S3ArtifactStore",
@@ -239,17 +243,65 @@ def _verify_local(root: Path, files: dict[str, dict[str, Any]]) -> None:
             raise ArtifactError(f"{rel} does not match its manifest checksum")
 
 
-def _pull_dir(shell: HostShell, remote_dir: str, store: ArtifactStore, key_prefix: str, staging: Path) -> None:
+@dataclass(frozen=True, slots=True)
+class PullLimits:
+    """What one pulled directory may weigh: its manifest, each file, all files; and the free disk
+    that must remain on the control plane after it has landed."""
+
+    manifest_bytes: int = 1 * 2**20
+    file_bytes: int = 20 * 2**30
+    total_bytes: int = 40 * 2**30
+    disk_reserve_bytes: int = 1 * 2**30
+
+
+DEFAULT_PULL_LIMITS = PullLimits()
+
+
+def _check_declared_sizes(files: dict[str, dict[str, Any]], limits: PullLimits, staging: Path) -> None:
+    """Refuse a manifest whose sizes are not whole byte counts, or that would not fit (a file, the
+    total, or the free disk), before a byte of it is copied."""
+    total = 0
+    for rel, want in files.items():
+        size = want.get("size") if isinstance(want, dict) else None
+        if isinstance(size, bool) or not isinstance(size, int) or size < 0:
+            raise ArtifactError(f"manifest declares no byte size for {rel} ({size!r})")
+        if size > limits.file_bytes:
+            raise ArtifactError(
+                f"manifest declares {rel} at {size} bytes, over the {limits.file_bytes} allowed per file"
+            )
+        total += size
+    if total > limits.total_bytes:
+        raise ArtifactError(f"manifest declares {total} bytes in all, over the {limits.total_bytes} allowed")
+    free = shutil.disk_usage(staging).free
+    if total + limits.disk_reserve_bytes > free:
+        raise ArtifactError(
+            f"manifest declares {total} bytes but {staging} has {free} free (keeping {limits.disk_reserve_bytes} "
+            "in reserve). Fix: free disk space on the control plane"
+        )
+
+
+def _pull_dir(
+    shell: HostShell,
+    remote_dir: str,
+    store: ArtifactStore,
+    key_prefix: str,
+    staging: Path,
+    limits: PullLimits = DEFAULT_PULL_LIMITS,
+) -> None:
     """Copy one complete directory: manifest first (to know the files), verify, upload, manifest last."""
     if staging.exists():
         shutil.rmtree(staging)
     staging.mkdir(parents=True)
     try:
-        shell.get(f"{remote_dir}/{MARKER}", staging / MARKER)
-        files = _manifest_files(staging / MARKER)
-        for rel in files:
-            (staging / rel).parent.mkdir(parents=True, exist_ok=True)
-            shell.get(f"{remote_dir}/{rel}", staging / rel)
+        try:
+            shell.get(f"{remote_dir}/{MARKER}", staging / MARKER, max_bytes=limits.manifest_bytes)
+            files = _manifest_files(staging / MARKER)
+            _check_declared_sizes(files, limits, staging)
+            for rel in files:
+                (staging / rel).parent.mkdir(parents=True, exist_ok=True)
+                shell.get(f"{remote_dir}/{rel}", staging / rel, max_bytes=int(files[rel]["size"]))
+        except HostOutputTooLarge as e:
+            raise ArtifactError(str(e)) from e
         _verify_local(staging, files)
         for rel in sorted(files):
             store.put_file(f"{key_prefix}/{rel}", staging / rel)
@@ -263,7 +315,14 @@ def _job_prefix(job: str) -> str:
 
 
 def pull_checkpoints(
-    shell: HostShell, remote_job_dir: str, store: ArtifactStore, *, job: str, staging: Path, newest_only: bool = False
+    shell: HostShell,
+    remote_job_dir: str,
+    store: ArtifactStore,
+    *,
+    job: str,
+    staging: Path,
+    newest_only: bool = False,
+    limits: PullLimits = DEFAULT_PULL_LIMITS,
 ) -> PullReport:
     """Pull the complete checkpoints of `remote_job_dir` that the store lacks (newest first)."""
     remote_root = f"{remote_job_dir.rstrip('/')}/checkpoints"
@@ -290,7 +349,7 @@ def pull_checkpoints(
             skipped.append((name, "incomplete: no COMPLETE marker"))
             continue
         try:
-            _pull_dir(shell, f"{remote_root}/{name}", store, prefix, staging / name)
+            _pull_dir(shell, f"{remote_root}/{name}", store, prefix, staging / name, limits)
         except (OSError, ArtifactError) as e:
             skipped.append((name, str(e)))
             continue
@@ -300,7 +359,15 @@ def pull_checkpoints(
     return PullReport(tuple(pulled), tuple(stored), tuple(skipped))
 
 
-def pull_adapter(shell: HostShell, remote_job_dir: str, store: ArtifactStore, *, job: str, staging: Path) -> bool:
+def pull_adapter(
+    shell: HostShell,
+    remote_job_dir: str,
+    store: ArtifactStore,
+    *,
+    job: str,
+    staging: Path,
+    limits: PullLimits = DEFAULT_PULL_LIMITS,
+) -> bool:
     """Pull DIR/adapter when it is complete; False when the host has no complete adapter yet."""
     remote = f"{remote_job_dir.rstrip('/')}/adapter"
     try:
@@ -309,7 +376,7 @@ def pull_adapter(shell: HostShell, remote_job_dir: str, store: ArtifactStore, *,
         return False
     if MARKER not in entries:
         return False
-    _pull_dir(shell, remote, store, f"{_job_prefix(job)}/adapter", staging / "adapter")
+    _pull_dir(shell, remote, store, f"{_job_prefix(job)}/adapter", staging / "adapter", limits)
     return True
 
 

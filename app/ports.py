@@ -11,7 +11,18 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
-__all__ = ["Clock", "CommandResult", "HostShell", "WallClock"]
+from app.errors import TuneharnessError
+
+__all__ = ["DEFAULT_MAX_OUTPUT_BYTES", "Clock", "CommandResult", "HostOutputTooLarge", "HostShell", "WallClock"]
+
+# What one command on a host may print (stdout and stderr together) before it is cut off: a
+# probe's status, log tail and JSON lines fit many times over; a host cannot fill our memory.
+DEFAULT_MAX_OUTPUT_BYTES = 4 * 2**20
+
+
+class HostOutputTooLarge(TuneharnessError):
+    """A host's command output or file went past the size allowed for it; nothing more was read.
+    Treat it as a failed probe or a refused artifact, never as data."""
 
 
 @runtime_checkable
@@ -59,13 +70,19 @@ class CommandResult:
 
 @runtime_checkable
 class HostShell(Protocol):
-    """Run commands on a (rented) host and move files to and from it."""
+    """Run commands on a (rented) host and move files to and from it.
 
-    def run(self, command: str, *, timeout_s: float = 60.0) -> CommandResult: ...
+    Whatever comes back is bounded: `run` raises HostOutputTooLarge past `max_output_bytes`
+    (stdout and stderr together), `get` past `max_bytes` (None: no cap, for files we wrote).
+    """
+
+    def run(
+        self, command: str, *, timeout_s: float = 60.0, max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES
+    ) -> CommandResult: ...
 
     def put(self, local: Path, remote: str) -> None: ...
 
-    def get(self, remote: str, local: Path) -> None: ...
+    def get(self, remote: str, local: Path, *, max_bytes: int | None = None) -> None: ...
 
     def listdir(self, remote: str) -> list[str]: ...
 

@@ -1,12 +1,15 @@
 """SSH to rented hosts: `SSHHostShell` implements `app.ports.HostShell` with paramiko.
 
 - One ed25519 keypair per job (`generate_keypair`); its public half goes into the LaunchSpec.
+- An instance may offer a second way in (Vast's SSH proxy beside the direct port): when the
+  first endpoint refuses or times out, `connect` tries the fallback before it reports the host
+  unreachable, and stays on whichever answered.
 - The host key is recorded on first contact and pinned for the instance's life: a different
   key later means another machine answers at that address, and `HostKeyChanged` aborts before
   any command runs or any file moves.
 - paramiko and socket errors are translated at this edge: `HostUnreachable` (transient: retry
   or declare the host lost), `SSHAuthFailed` (the key was refused), `HostKeyChanged`,
-  `CommandTimedOut`.
+  `CommandTimedOut`, `OutputTooLarge` (a command printed, or a file held, more than allowed).
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from app.errors import TuneharnessError
 from app.market import SSHEndpoint
-from app.ports import CommandResult
+from app.ports import DEFAULT_MAX_OUTPUT_BYTES, CommandResult, HostOutputTooLarge
 
 __all__ = [
     "CommandTimedOut",
@@ -36,6 +39,7 @@ __all__ = [
     "HostUnreachable",
     "KeyPair",
     "MemoryHostKeyPin",
+    "OutputTooLarge",
     "SSHAuthFailed",
     "SSHError",
     "SSHHostShell",
@@ -64,6 +68,10 @@ class HostKeyChanged(SSHError):
 
 class CommandTimedOut(SSHError):
     """A remote command ran past its timeout; the channel was closed."""
+
+
+class OutputTooLarge(SSHError, HostOutputTooLarge):
+    """A command printed, or a file held, more than allowed; the channel or transfer was closed."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,8 +168,10 @@ class SSHHostShell:
         *,
         pin: HostKeyPin | None = None,
         connect_timeout_s: float = 15.0,
+        fallback: SSHEndpoint | None = None,
     ) -> None:
         self.endpoint = endpoint
+        self.fallback = fallback if fallback != endpoint else None
         self.private_key_path = private_key_path
         self.pin: HostKeyPin = pin if pin is not None else MemoryHostKeyPin()
         self.connect_timeout_s = connect_timeout_s
@@ -177,12 +187,29 @@ class SSHHostShell:
         return host if port == 22 else f"[{host}]:{port}"
 
     def connect(self) -> paramiko.SSHClient:
-        """Connect (once) and verify the host key against the pin; record it on first contact."""
+        """Connect (once) and verify the host key against the pin; record it on first contact.
+
+        When the endpoint refuses or times out and there is a fallback, the fallback is tried
+        before HostUnreachable is raised; the one that answered is used from then on.
+        """
         if self._client is not None:
             transport = self._client.get_transport()
             if transport is not None and transport.is_active():
                 return self._client
             self.close()
+        try:
+            return self._connect_once()
+        except HostUnreachable as first:
+            if self.fallback is None:
+                raise
+            tried = self._where
+            self.endpoint, self.fallback = self.fallback, self.endpoint
+            try:
+                return self._connect_once()
+            except HostUnreachable as second:
+                raise HostUnreachable(f"{tried} and its fallback both unreachable: {first}; {second}") from second
+
+    def _connect_once(self) -> paramiko.SSHClient:
         client = paramiko.SSHClient()
         pinned = self.pin.get()
         policy = _RecordFirstKey()
@@ -230,8 +257,11 @@ class SSHHostShell:
             raise HostUnreachable(f"{self._where}: connection lost")
         return transport
 
-    def run(self, command: str, *, timeout_s: float = 60.0) -> CommandResult:
-        """Run `command`; return its exit code and output. Raises CommandTimedOut past `timeout_s`."""
+    def run(
+        self, command: str, *, timeout_s: float = 60.0, max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES
+    ) -> CommandResult:
+        """Run `command`; return its exit code and output. Raises CommandTimedOut past `timeout_s`,
+        OutputTooLarge (the channel closed, nothing more read) past `max_output_bytes`."""
         transport = self._transport()
         try:
             chan = transport.open_session(timeout=self.connect_timeout_s)
@@ -242,8 +272,10 @@ class SSHHostShell:
             while True:
                 while chan.recv_ready():
                     out += chan.recv(65536)
+                    self._within(chan, len(out) + len(err), max_output_bytes, command)
                 while chan.recv_stderr_ready():
                     err += chan.recv_stderr(65536)
+                    self._within(chan, len(out) + len(err), max_output_bytes, command)
                 drained = not chan.recv_ready() and not chan.recv_stderr_ready()
                 if chan.exit_status_ready():
                     # output still waiting on the flow-control window can arrive after the exit
@@ -266,6 +298,14 @@ class SSHHostShell:
         return CommandResult(
             exit_code=code, stdout=out.decode("utf-8", "replace"), stderr=err.decode("utf-8", "replace")
         )
+
+    def _within(self, chan: paramiko.Channel, got: int, limit: int, command: str) -> None:
+        if got > limit:
+            chan.close()
+            raise OutputTooLarge(
+                f"{self._where}: command printed more than {limit} bytes; stopped reading: {command[:80]}. "
+                "Treat the host as misbehaving"
+            )
 
     def _sftp_client(self) -> paramiko.SFTPClient:
         if self._sftp is None:
@@ -303,21 +343,42 @@ class SSHHostShell:
             self.close()
             raise HostUnreachable(f"{self._where}: put {remote} failed: {exc or type(exc).__name__}") from exc
 
-    def get(self, remote: str, local: Path) -> None:
-        """Copy `remote` to a local file (written to a temp file, then renamed)."""
+    def get(self, remote: str, local: Path, *, max_bytes: int | None = None) -> None:
+        """Copy `remote` to a local file (written to a temp file, then renamed). With `max_bytes`,
+        a file larger than that is refused before a byte moves, and one that grows past it while
+        being copied is abandoned (OutputTooLarge, no local file left)."""
         sftp = self._sftp_client()
         local.parent.mkdir(parents=True, exist_ok=True)
         tmp = local.with_name(local.name + ".part")
         try:
-            sftp.get(remote, str(tmp))
+            if max_bytes is None:
+                sftp.get(remote, str(tmp))
+            else:
+                self._get_bounded(sftp, remote, tmp, max_bytes)
             os.replace(tmp, local)
-        except (FileNotFoundError, PermissionError):
+        except (FileNotFoundError, PermissionError, OutputTooLarge):
             tmp.unlink(missing_ok=True)
             raise
         except (paramiko.SSHException, OSError, EOFError) as exc:
             tmp.unlink(missing_ok=True)
             self.close()
             raise HostUnreachable(f"{self._where}: get {remote} failed: {exc or type(exc).__name__}") from exc
+
+    def _get_bounded(self, sftp: paramiko.SFTPClient, remote: str, tmp: Path, max_bytes: int) -> None:
+        def too_large(size: str) -> OutputTooLarge:
+            return OutputTooLarge(f"{self._where}: {remote} is {size}, over the {max_bytes} bytes allowed; not copied")
+
+        size = sftp.stat(remote).st_size or 0
+        if size > max_bytes:
+            raise too_large(f"{size} bytes")
+        copied = 0
+        with sftp.open(remote, "rb") as src, open(tmp, "wb") as dst:
+            src.prefetch(size)
+            while chunk := src.read(1 << 20):
+                copied += len(chunk)
+                if copied > max_bytes:
+                    raise too_large("growing while copied")
+                dst.write(chunk)
 
     def listdir(self, remote: str) -> list[str]:
         sftp = self._sftp_client()

@@ -12,12 +12,20 @@ Nothing is trained here. A predictor is one of:
 Eval-set rows: `{"id", "slice", "expected", "text" | "prompt"}`; predictors receive
 `{"id", "text"}` (classification) or `{"id", "prompt"}` (causal LM). A predictor that skips an
 id leaves that row out of its file, and the judge refuses with `incomplete_predictions`.
+
+Predictors are code we did not write (a command from a job file, an adapter pulled off a
+stranger's host), so they run with `predictor_env`: a short allow-list (PATH, HOME, locale,
+TMPDIR, the Python and GPU variables loading needs), and never a secret (the catalogue's secrets,
+any `*_KEY`, `*_TOKEN`, `*_PASSWORD`, `*_SECRET`, database or broker URL, or a URL holding a
+password).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -43,8 +51,10 @@ __all__ = [
     "EvalRow",
     "PredictorSpec",
     "build_trial",
+    "check_not_in_training",
     "parse_spec",
     "predict",
+    "predictor_env",
     "read_eval_sets",
     "read_predictions",
     "write_trial",
@@ -57,6 +67,35 @@ _PROJECT_ROOT = Path(__file__).resolve().parents[1]
 
 class EvalError(UserError):
     """An eval set, a predictor or its output is unusable; the message names what and where."""
+
+
+# What a predictor process may see of ours; everything else (vendor keys, the database's password,
+# the webhook's token) stays behind.
+_PASSED_ENV = (
+    "PATH", "HOME", "LANG", "LANGUAGE", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR",
+    "PYTHONPATH", "VIRTUAL_ENV", "HF_HOME", "HF_HUB_CACHE", "TRANSFORMERS_CACHE",
+    "CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "NVIDIA_VISIBLE_DEVICES", "OMP_NUM_THREADS",
+    "CUDA_HOME", "LD_LIBRARY_PATH", "TORCH_HOME", "XDG_CACHE_HOME", "USER", "LOGNAME",
+)  # fmt: skip
+_SECRET_NAME = re.compile(r"(KEY|TOKEN|PASSWORD|PASSWD|SECRET|CREDENTIALS?|DB_URL|DATABASE_URL|BROKER_URL)$", re.I)
+_URL_WITH_PASSWORD = re.compile(r"://[^/\s:@]*:[^/\s@]+@")
+
+
+def predictor_env(environ: Mapping[str, str]) -> dict[str, str]:
+    """The environment a predictor runs with: the allow-list above, minus anything secret."""
+    from app.settings_catalogue import secret_names
+
+    secrets = secret_names()
+    env = {
+        name: environ[name]
+        for name in _PASSED_ENV
+        if name in environ
+        and name not in secrets
+        and not _SECRET_NAME.search(name)
+        and not _URL_WITH_PASSWORD.search(environ[name])
+    }
+    env["HF_HUB_OFFLINE"] = "1"
+    return env
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,6 +164,54 @@ def read_eval_sets(paths: Sequence[Path]) -> list[EvalRow]:
     return rows
 
 
+def _content_hash(text: str) -> str:
+    """What makes two inputs the same example: their words, whatever the spacing."""
+    return hashlib.sha256(" ".join(text.split()).encode("utf-8")).hexdigest()
+
+
+def _training_inputs(row: object) -> list[str]:
+    """The inputs a training row teaches: its text or prompt, or each non-assistant message."""
+    if not isinstance(row, dict):
+        return []
+    found = [row[k] for k in ("text", "prompt") if isinstance(row.get(k), str)]
+    messages = row.get("messages")
+    if isinstance(messages, list):
+        found += [
+            m["content"]
+            for m in messages
+            if isinstance(m, dict) and m.get("role") != "assistant" and isinstance(m.get("content"), str)
+        ]
+    return found
+
+
+def check_not_in_training(rows: Sequence[EvalRow], train_paths: Sequence[Path]) -> None:
+    """Refuse eval rows whose input also appears in the training data (by content hash): a model
+    scored on examples it was trained on proves nothing. The message names the rows."""
+    if not train_paths:
+        return
+    seen: dict[str, str] = {}
+    for path in train_paths:
+        try:
+            with open(path, encoding="utf-8") as fh:
+                for lineno, line in enumerate(fh, start=1):
+                    try:
+                        row = json.loads(line) if line.strip() else None
+                    except json.JSONDecodeError:
+                        continue  # the trainer refuses such a file itself; nothing to compare here
+                    for text in _training_inputs(row):
+                        seen.setdefault(_content_hash(text), f"{path}:{lineno}")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise EvalError(f"{path}: cannot read the training data ({exc}). Fix: check the path") from None
+    leaked = [(r.id, seen[h]) for r in rows if (h := _content_hash(r.input_value)) in seen]
+    if leaked:
+        shown = ", ".join(f"{i} (= {where})" for i, where in leaked[:20])
+        more = f" and {len(leaked) - 20} more" if len(leaked) > 20 else ""
+        raise EvalError(
+            f"{len(leaked)} eval row(s) also appear in the training data: {shown}{more}. "
+            "Fix: remove them from the eval set (or from the training data) and evaluate again"
+        )
+
+
 def read_predictions(text: str, *, source: str) -> dict[str, str]:
     """`{"id", "predicted"}` lines -> {id: predicted}; one prediction per id."""
     out: dict[str, str] = {}
@@ -181,7 +268,7 @@ def predict(
         return read_predictions(text, source=str(path))
 
     payload = "".join(json.dumps(r.predictor_input(), ensure_ascii=False) + "\n" for r in rows)
-    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    env = predictor_env(os.environ)
     if spec.kind == "command":
         argv = shlex.split(spec.value)
         if not argv:
@@ -266,10 +353,13 @@ def build_trial(
     python: str = sys.executable,
     progress: Callable[[str], None] = lambda _msg: None,
     cwd: Path | None = None,
+    train_paths: Sequence[Path] = (),
 ) -> Path:
-    """Parse predictor specs (`SEED=kind:value` for candidates), predict, write the trial."""
+    """Parse predictor specs (`SEED=kind:value` for candidates), predict, write the trial. Eval
+    rows found in `train_paths` (the training data) are refused before any predictor runs."""
     parse_gate_config(config_path, default_model=Path(out).name)
     rows = read_eval_sets(eval_paths)
+    check_not_in_training(rows, train_paths)
     seeds: dict[str, PredictorSpec] = {}
     for text in candidates:
         seed, sep, spec = text.partition("=")

@@ -8,7 +8,7 @@ seed run's adapter is in the ArtifactStore (the job is `evaluating`). It:
 3. builds the trial with `gate.evaluate.build_trial` under `<work>/trials/<job>`: every candidate
    through `python -m trainer predict` on the job's base model (the trainer's own loading code,
    as a program), the baseline and incumbent as the job file says (commands run in the job file's
-   directory);
+   directory); an eval row whose input is also in the job's `train_file` fails the evaluation;
 4. judges it through `GateService` (`gate_decision` ledger event; `gate_refused` alert on refusal),
    writes `decision.json`, records the trial and decision on the job (`job_evaluations`, and a
    `job_evaluated` ledger event with the job's id), and sets the job `done` with detail
@@ -149,6 +149,8 @@ class JobEvaluator:
         # every predictor together must finish inside the evaluate queue's soft limit
         timeout_s = min(float(gate.get("timeout_s", 400.0)), (EVALUATE_SOFT_LIMIT_S - 60.0) / n_predictors)
         kwargs: dict[str, Any] = {"python": self.python} if self.python else {}
+        tf = Path(str(train["train_file"]))
+        train_file = tf if tf.is_absolute() else base / tf
         build_trial(
             out,
             config_path=config_path,
@@ -159,6 +161,7 @@ class JobEvaluator:
             base_model=base_model,
             timeout_s=timeout_s,
             cwd=base,
+            train_paths=[train_file],
             **kwargs,
         )
         shutil.rmtree(work, ignore_errors=True)

@@ -201,6 +201,7 @@ class GateService:
         base_model: Path | None = None,
         timeout_s: float = 3600.0,
         progress: Callable[[str], None] = lambda _m: None,
+        train_paths: Sequence[Path] = (),
     ) -> Judgement:
         """Evaluate predictors into a new trial directory (see `gate.evaluate.build_trial`), judge
         it, and write `decision.json` beside it (not part of the trial's hash)."""
@@ -214,6 +215,7 @@ class GateService:
             base_model=base_model,
             timeout_s=timeout_s,
             progress=progress,
+            train_paths=train_paths,
         )
         judgement = self.judge(out)
         judgement.write_decision()

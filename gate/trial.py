@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -22,6 +23,7 @@ from typing import Any
 from app.errors import UserError
 from app.policy.gate_rules import (
     CANARY,
+    DEFAULT_MIN_CANARIES,
     HELDOUT,
     METRICS,
     OOD_PREFIX,
@@ -62,6 +64,7 @@ _CONFIG_KEYS = {
     "model",
     "task",
     "baseline_name",
+    "min_canaries",
 }
 
 
@@ -167,6 +170,8 @@ def _number(cfg: Mapping[str, Any], key: str, where: str, *, lo: float, hi: floa
     value = cfg[key]
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise MalformedTrial(f"{where}: {key!r} must be a number, got {value!r}")
+    if not math.isfinite(value):  # JSON's NaN, Infinity and 1e309: every comparison with NaN is false
+        raise MalformedTrial(f"{where}: {key!r} is {value}, not a finite number. Fix: write a number such as 0.02")
     if value < lo or (hi is not None and value > hi):
         span = f"from {lo} to {hi}" if hi is not None else f"at least {lo}"
         raise MalformedTrial(f"{where}: {key!r} is {value}; it must be {span}")
@@ -221,6 +226,13 @@ def parse_gate_config(path: Path, *, default_model: str) -> tuple[GateConfig, Tr
         labels = frozenset(raw_labels)
         max_missed = exact(_number(cfg, "max_missed", where, lo=0.0, hi=1.0))
 
+    min_canaries = DEFAULT_MIN_CANARIES
+    if "min_canaries" in cfg:
+        value = _number(cfg, "min_canaries", where, lo=0, hi=None)
+        if not isinstance(value, int):
+            raise MalformedTrial(f'{where}: "min_canaries" must be a whole number, got {value!r}')
+        min_canaries = value
+
     meta_values: dict[str, str | None] = {}
     for key in ("model", "task", "baseline_name"):
         value = cfg.get(key)
@@ -234,6 +246,7 @@ def parse_gate_config(path: Path, *, default_model: str) -> tuple[GateConfig, Tr
         ood=ood,
         critical_labels=labels,
         max_missed=max_missed,
+        min_canaries=min_canaries,
     )
     meta = TrialMeta(
         model=meta_values["model"] or default_model,

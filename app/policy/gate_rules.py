@@ -1,7 +1,7 @@
 """The deploy gate's rules: promote or refuse a candidate from its predictions. Pure, stdlib only.
 
 A trial holds the gate's configuration, the baseline's predictions, optionally the incumbent's,
-and one prediction set per candidate training seed. `judge(trial)` evaluates all seven rules
+and one prediction set per candidate training seed. `judge(trial)` evaluates all eight rules
 (none stops the others) and returns a `Verdict`: promote only when no rule adds a reason.
 
 1. fewer than two candidate seeds                                   -> `seeds_missing`
@@ -13,6 +13,8 @@ and one prediction set per candidate training seed. `judge(trial)` evaluates all
 6. an OOD slice's worst-seed score below its floor: blocking          -> `ood_below_floor`
                                                      advisory         -> warning `ood_advisory_below_floor`
 7. with critical labels: worst seed's missed share above max_missed   -> `missed_above_max`
+8. fewer distinct canary ids than min_canaries                       -> `canaries_too_few`
+   (a gate file asks for DEFAULT_MIN_CANARIES unless it says a lower number on purpose)
 
 All arithmetic is exact (`fractions.Fraction`): a tie is a tie, never a rounding accident, and
 the result does not depend on the order of rows or seeds. Scores are turned into floats only in
@@ -29,6 +31,7 @@ from typing import Any, Literal
 
 __all__ = [
     "CANARY",
+    "DEFAULT_MIN_CANARIES",
     "HELDOUT",
     "METRICS",
     "OOD_PREFIX",
@@ -55,6 +58,9 @@ HELDOUT = "heldout"
 CANARY = "canary"
 OOD_PREFIX = "ood:"
 _MAX_IDS_IN_DETAIL = 20
+# Canaries a gate file asks for unless it states `min_canaries` lower: one or two canaries prove
+# little about a model that must never get them wrong.
+DEFAULT_MIN_CANARIES = 10
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,6 +90,7 @@ class GateConfig:
     ood: Mapping[str, OodFloor] = field(default_factory=dict)
     critical_labels: frozenset[str] = frozenset()
     max_missed: Fraction | None = None
+    min_canaries: int = 0  # the gate file's parser fills in DEFAULT_MIN_CANARIES
 
 
 @dataclass(frozen=True, slots=True)
@@ -353,6 +360,17 @@ def judge(trial: Trial) -> Verdict:
                     f"{', '.join(sorted(cfg.critical_labels))}; at most {_fmt(limit)} allowed",
                 )
             )
+
+    # 8. Enough canaries to mean something (ids in any prediction file).
+    every_canary = canary_ids | {r.id for r in trial.baseline if r.slice == CANARY}
+    if len(every_canary) < cfg.min_canaries:
+        reasons.append(
+            Finding(
+                "canaries_too_few",
+                f"{len(every_canary)} canary row(s); the gate needs at least {cfg.min_canaries}. Fix: add "
+                "canaries, or set min_canaries lower in the gate file on purpose",
+            )
+        )
 
     worst_by_slice = {sl: worst_of(sl) for sl in cand_slices}
     scores: dict[str, Any] = {

@@ -64,7 +64,9 @@ def test_evaluate_job_through_a_real_worker_ends_the_job_done_with_the_decision(
     d.mkdir()
     (d / "train.jsonl").write_text('{"prompt": "a", "completion": "b"}\n')
     (d / "rules.py").write_text(RULES)  # relative to the job file: commands run in its directory
-    (d / "gate.json").write_text(json.dumps({"metric": "accuracy", "model": "words", "baseline_name": "rules"}))
+    (d / "gate.json").write_text(
+        json.dumps({"metric": "accuracy", "model": "words", "baseline_name": "rules", "min_canaries": 0})
+    )
     rows = [
         {"id": f"h{i}", "slice": "heldout", "prompt": f"w{i} x{i % 3} ->", "expected": f" x{i % 3}"} for i in range(4)
     ]

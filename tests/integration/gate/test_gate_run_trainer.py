@@ -78,7 +78,15 @@ def test_gate_run_with_trainer_adapters_writes_and_judges_a_trial(adapters: dict
     )
     cfg = tmp_path / "gate.json"
     cfg.write_text(
-        json.dumps({"metric": "accuracy", "model": "reverser", "task": "reverse words", "baseline_name": "rules"})
+        json.dumps(
+            {
+                "metric": "accuracy",
+                "model": "reverser",
+                "task": "reverse words",
+                "baseline_name": "rules",
+                "min_canaries": 1,
+            }
+        )
     )
     out = tmp_path / "trial"
     p = subprocess.run(

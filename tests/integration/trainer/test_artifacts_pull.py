@@ -30,14 +30,14 @@ from trainer.testing import write_causal_job
 class LocalHostShell:
     """A HostShell whose 'remote' host is this machine's filesystem (remote paths are local paths)."""
 
-    def run(self, command: str, *, timeout_s: float = 60.0) -> CommandResult:
+    def run(self, command: str, *, timeout_s: float = 60.0, max_output_bytes: int = 4 * 2**20) -> CommandResult:
         done = subprocess.run(command, shell=True, capture_output=True, text=True, timeout=timeout_s, check=False)
         return CommandResult(done.returncode, done.stdout, done.stderr)
 
     def put(self, local: Path, remote: str) -> None:
         shutil.copyfile(local, remote)
 
-    def get(self, remote: str, local: Path) -> None:
+    def get(self, remote: str, local: Path, *, max_bytes: int | None = None) -> None:
         shutil.copyfile(remote, local)
 
     def listdir(self, remote: str) -> list[str]:

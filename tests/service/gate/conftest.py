@@ -49,6 +49,7 @@ def make_trial(tmp_path: Path) -> MakeTrial:
             "model": "triage",
             "task": "train.log triage",
             "baseline_name": "rules",
+            "min_canaries": 1,
         }
         (d / "gate.json").write_text(json.dumps(cfg))
         (d / "baseline.jsonl").write_text(lines(predictions(baseline_wrong)))

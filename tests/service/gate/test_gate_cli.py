@@ -131,7 +131,9 @@ def eval_set(tmp_path: Path) -> dict[str, Path]:
     base = tmp_path / "baseline-preds.jsonl"
     base.write_text("".join(json.dumps({"id": i, "predicted": "ok"}) + "\n" for i, _, _ in rows))
     cfg = tmp_path / "gate.json"
-    cfg.write_text(json.dumps({"metric": "accuracy", "ood": {"forum": {"floor": 0.9}}, "model": "triage"}))
+    cfg.write_text(
+        json.dumps({"metric": "accuracy", "ood": {"forum": {"floor": 0.9}}, "model": "triage", "min_canaries": 1})
+    )
     return {"eval": ev, "predictor": tmp_path / "predictor.py", "baseline": base, "config": cfg}
 
 

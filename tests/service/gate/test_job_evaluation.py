@@ -35,7 +35,7 @@ needs:
   gpu: [RTX 3090]
 budget_usd: 2.0
 gate:
-  config: {{metric: accuracy, task: tiny words, baseline_name: rules}}
+  config: {{metric: accuracy, task: tiny words, baseline_name: rules, min_canaries: 0}}
   eval: eval.jsonl
   baseline: predictions:baseline.jsonl
 """
