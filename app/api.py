@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from app.jobs import JobRecord, JobSpec, load_job_file, seed_run_id
+from app.jobs import JobRecord, JobSpec, JobStore, load_job_file, seed_run_id
 
 __all__ = ["get_job", "list_jobs", "submit"]
 
@@ -59,12 +59,29 @@ def submit(spec: JobSpec | str | Path) -> str:
         )
     )
     if not runs:
-        bootstrap.enqueue_job(job_id)
+        _enqueue_or_fail(store, [job_id])
         return job_id
     store.set_phase(job_id, "training", detail="one run per seed: " + ", ".join(r for r, _ in runs))
-    for run_id, _ in runs:
-        bootstrap.enqueue_job(run_id)
+    _enqueue_or_fail(store, [r for r, _ in runs], parent=job_id)
     return job_id
+
+
+def _enqueue_or_fail(store: JobStore, ids: list[str], *, parent: str | None = None) -> None:
+    """Send each job's `provision`; if the broker refuses, every job not sent is marked failed (not
+    left `queued` for ever, not started later behind the user's back) and the error is raised."""
+    from app import bootstrap
+    from app.errors import ServiceUnavailable
+
+    for n, jid in enumerate(ids):
+        try:
+            bootstrap.enqueue_job(jid)
+        except Exception as exc:
+            why = f"not enqueued: the broker refused it ({type(exc).__name__}). Fix: start the broker, then resubmit"
+            for left in ids[n:]:
+                store.set_phase(left, "failed", detail=why)
+            if parent is not None:
+                store.set_phase(parent, "failed", detail=why)
+            raise ServiceUnavailable(why) from exc
 
 
 def get_job(job_id: str) -> JobRecord:

@@ -39,6 +39,7 @@ __all__ = [
     "engine",
     "enqueue_job",
     "gate",
+    "hf_endpoint",
     "job_evaluator",
     "job_keypair",
     "jobs",
@@ -285,7 +286,7 @@ def host_shell(inst: Instance, job_id: str, s: Settings | None = None) -> SSHHos
         raise HostUnreachable(f"{inst.instance_id}: no SSH endpoint (state {inst.state})")
     key = job_keypair(job_id, s)
     pin = FileHostKeyPin(key.private_key_path.parent / f"host-{inst.provider}-{inst.instance_id}.pub")
-    return SSHHostShell(inst.ssh, key.private_key_path, pin=pin, connect_timeout_s=10.0)
+    return SSHHostShell(inst.ssh, key.private_key_path, pin=pin, connect_timeout_s=10.0, fallback=inst.ssh_fallback)
 
 
 def job_keypair(job_id: str, s: Settings | None = None) -> KeyPair:
@@ -300,6 +301,10 @@ def job_keypair(job_id: str, s: Settings | None = None) -> KeyPair:
     return generate_keypair(directory, comment=f"tuneharness-{job_id}")
 
 
+# The preflight's whole time on the host, the bootstrap included (the policy's preflight_timeout_s),
+# and what the preflight itself is always left of it.
+PREFLIGHT_BUDGET_S = 180.0
+PREFLIGHT_RUN_S = 30.0
 _PREFLIGHT_COMMAND = (
     'PY=$(command -v python3 || command -v python); $PY -c "'
     "import importlib.util, sys; s = importlib.util.spec_from_file_location('p', 'tuneharness_preflight.py'); "
@@ -308,11 +313,12 @@ _PREFLIGHT_COMMAND = (
 
 
 def ssh_preflight(market: Market, job_id: str, instance_id: str) -> PreflightResult:
-    """Push trainer/preflight.py to the host over SSH, run it, read its one JSON line."""
-    import json
+    """Push trainer/preflight.py to the host over SSH, run it, read its one JSON line (the
+    bootstrap first, when TUNEHARNESS_BOOTSTRAP is on)."""
+    import time
     from pathlib import Path
 
-    from app.policy.preflight import PreflightReport
+    from app import hoststack
     from app.policy.provisioning import PreflightResult
     from app.ssh import CommandTimedOut, FileHostKeyPin, SSHError, SSHHostShell
 
@@ -321,22 +327,51 @@ def ssh_preflight(market: Market, job_id: str, instance_id: str) -> PreflightRes
         return PreflightResult(None, "ssh_unreachable", f"no SSH endpoint (state {inst.state})")
     key = job_keypair(job_id)
     pin = FileHostKeyPin(key.private_key_path.parent / f"host-{market.name}-{instance_id}.pub")
-    shell = SSHHostShell(inst.ssh, key.private_key_path, pin=pin)
+    shell = SSHHostShell(inst.ssh, key.private_key_path, pin=pin, fallback=inst.ssh_fallback)
     script = Path(__file__).resolve().parents[1] / "trainer" / "preflight.py"
+    started = time.monotonic()
     try:
         # Pushed next to the session's home: the host needs only python and torch, not our code.
+        # The bootstrap first (it installs what the image lacks of the trainer's stack), inside
+        # the preflight's time budget; the preflight then reports the stack the trainer will see.
+        first = ""
+        if hoststack.bootstrap_enabled():
+            shell.put(hoststack.BOOTSTRAP_SCRIPT, hoststack.REMOTE_SCRIPT)
+            shell.put(hoststack.BOOTSTRAP_LOCK, hoststack.REMOTE_LOCK)
+            # its JSON line to stderr: the preflight's is the only one on stdout
+            first = hoststack.bootstrap_command(timeout_s=PREFLIGHT_BUDGET_S - PREFLIGHT_RUN_S) + " >&2; "
         shell.put(script, "tuneharness_preflight.py")
-        res = shell.run(_PREFLIGHT_COMMAND, timeout_s=180)
+        left_s = PREFLIGHT_BUDGET_S - (time.monotonic() - started)
+        res = shell.run(first + hoststack.ACTIVATE_STACK + _PREFLIGHT_COMMAND, timeout_s=max(PREFLIGHT_RUN_S, left_s))
     except CommandTimedOut as exc:
         return PreflightResult(None, "timeout", str(exc))
     except SSHError as exc:
         return PreflightResult(None, "ssh_unreachable", str(exc))
+    except OSError as exc:  # the host refused a file (PermissionError, a full disk, not a directory)
+        return PreflightResult(None, "ssh_unreachable", f"cannot write to the host: {type(exc).__name__}: {exc}")
     finally:
         shell.close()
-    lines = [ln for ln in res.stdout.strip().splitlines() if ln.startswith("{")]
+    return preflight_result(res.stdout, res.stderr, res.exit_code)
+
+
+def preflight_result(stdout: str, stderr: str, exit_code: int) -> PreflightResult:
+    """The preflight's last JSON line as a result; what a host printed instead (nothing, a broken or
+    non-object line) is a failed preflight, never an exception in the task."""
+    import json
+
+    from app.policy.preflight import PreflightReport
+    from app.policy.provisioning import PreflightResult
+
+    lines = [ln for ln in stdout.strip().splitlines() if ln.startswith("{")]
     if not lines:
-        return PreflightResult(None, "ssh_unreachable", f"no report (exit {res.exit_code}): {res.stderr[-300:]}")
-    return PreflightResult(PreflightReport.from_mapping(json.loads(lines[-1])))
+        return PreflightResult(None, "ssh_unreachable", f"no report (exit {exit_code}): {stderr[-300:]}")
+    try:
+        data = json.loads(lines[-1])
+    except ValueError:
+        data = None
+    if not isinstance(data, dict):
+        return PreflightResult(None, "ssh_unreachable", f"malformed report from the host: {lines[-1][:200]!r}")
+    return PreflightResult(PreflightReport.from_mapping(data))
 
 
 def provisioning(s: Settings | None = None) -> ProvisioningService:
@@ -442,10 +477,15 @@ def supervisor(s: Settings | None = None) -> SupervisorService:
             result.state, result.action, result.needs_operator, result.evidence, remedy=str(result.remedy)
         )
 
+    from app.rentals import Rentals
+    from app.services.transfer import TransferService
+
     store = open_store(artifacts_location(s))
+    prov = provisioning(s)
+    transfers = TransferService(engine(s), rentals=Rentals(engine(s)), clock=prov.clock, staging=s.home / "staging")
     return SupervisorService(
         engine(s),
-        provisioning=provisioning(s),
+        provisioning=prov,
         shell_for=shell_for,
         store=store,
         staging=s.home / "staging",
@@ -455,4 +495,21 @@ def supervisor(s: Settings | None = None) -> SupervisorService:
         triage=triage,
         jobs=jobs(s),
         cfg=cfg,
+        transfers=transfers,
+        hf_endpoint=hf_endpoint(),
     )
+
+
+def hf_endpoint(env: Mapping[str, str] | None = None) -> str:
+    """TUNEHARNESS_HF_ENDPOINT: the Hugging Face Hub hosts fetch public models from (no token is sent)."""
+    import os
+
+    from app.errors import SettingsError
+
+    env = os.environ if env is None else env
+    value = (env.get("TUNEHARNESS_HF_ENDPOINT") or "").strip() or "https://huggingface.co"
+    if not value.startswith(("http://", "https://")):
+        raise SettingsError(
+            "TUNEHARNESS_HF_ENDPOINT", f"{value!r} is not an http(s) URL", "e.g. https://huggingface.co, or unset it"
+        )
+    return value.rstrip("/")

@@ -18,7 +18,22 @@ from workers.celery_app import app
 from workers.config import MAX_COUNTDOWN_S
 from workers.tasks import task
 
-__all__ = ["preflight", "provision", "schedule", "sweep_holds", "watch_boot"]
+__all__ = [
+    "REDRIVE_GRACE_S",
+    "STALE_INTENT_S",
+    "preflight",
+    "provision",
+    "redrive",
+    "schedule",
+    "sweep_holds",
+    "watch_boot",
+]
+
+# A job's wake-up this many wall seconds past with nothing stepping it has lost its task.
+REDRIVE_GRACE_S = 600.0
+# An intent this old (provisioning-clock seconds) with nothing listed under its label holds its
+# reservation for nothing: no live step keeps an intent longer than `create_confirm_s`.
+STALE_INTENT_S = 3600.0
 
 
 def _countdown_s(wake_at: float) -> float:
@@ -70,7 +85,9 @@ def provision(self: Any, job_id: str) -> dict[str, Any]:
             job_id, req=spec.needs.requirements(), shape=spec.shape(), standby_hosts=spec.needs.standby_hosts
         )
     except ProviderBusy as exc:
-        raise self.retry(exc=exc, countdown=30) from None
+        # no retry count: a provider that is down for a while is waited out (the redrive sweep and
+        # the policy's own deadlines bound the job, not Celery's default of three tries)
+        raise self.retry(exc=exc, countdown=30, max_retries=None) from None
     return schedule(step)
 
 
@@ -80,14 +97,34 @@ def watch_boot(self: Any, job_id: str) -> dict[str, Any]:
     try:
         step = bootstrap.provisioning().step(job_id)
     except (ProviderBusy, MarketError) as exc:
-        raise self.retry(exc=exc, countdown=15) from None
+        # a booting host bills while we cannot see it: keep looking, never give up after three tries
+        raise self.retry(exc=exc, countdown=15, max_retries=None) from None
     return schedule(step)
 
 
+# A vendor that cannot say where the host is (its status call fails) is asked again for this long;
+# then the preflight is judged `timeout` (the host never held work: it is destroyed, not trained on).
+PREFLIGHT_VENDOR_WAIT_S = 300.0
+
+
 @task("ssh", "preflight")
-def preflight(self: Any, job_id: str, instance_id: str) -> dict[str, Any]:
+def preflight(self: Any, job_id: str, instance_id: str, first_try_at: float | None = None) -> dict[str, Any]:
     """Run the compute preflight over SSH on the job's new host and judge it."""
-    return schedule(bootstrap.provisioning().preflight(job_id, instance_id))
+    import time
+
+    from app.policy.provisioning import PreflightResult
+
+    first = first_try_at if first_try_at is not None else time.time()
+    try:
+        return schedule(bootstrap.provisioning().preflight(job_id, instance_id))
+    except MarketError as exc:
+        waited = time.time() - first
+        if waited < PREFLIGHT_VENDOR_WAIT_S:
+            raise self.retry(
+                exc=exc, countdown=15, max_retries=None, args=[job_id, instance_id], kwargs={"first_try_at": first}
+            ) from None
+        verdict = PreflightResult(None, "timeout", f"the vendor could not be asked for {waited:.0f}s: {exc}")
+        return schedule(bootstrap.provisioning().preflight(job_id, instance_id, result=verdict))
 
 
 @task("maintenance", "sweep_holds")
@@ -111,3 +148,43 @@ def sweep_holds(self: Any) -> dict[str, Any]:
         "errors": report.errors,
         "started": [s.job_id for s in report.steps],
     }
+
+
+@task("maintenance", "redrive")
+def redrive(self: Any) -> dict[str, Any]:
+    """Beat's backstop for lost messages: a job whose wake-up is long past gets a new `watch_boot`,
+    and a submitted job that never started provisioning gets its `provision` again."""
+    import time
+
+    from app.ledger import Event
+    from app.liveness import record_success
+
+    svc = bootstrap.provisioning()
+    overdue = svc.overdue(grace_wall_s=REDRIVE_GRACE_S)
+    for job_id in overdue:
+        watch_boot.apply_async(args=[job_id])
+    now = time.time()
+    stranded = [
+        r.job_id
+        for r in bootstrap.jobs().list()
+        if r.phase == "queued" and now - r.created_at > REDRIVE_GRACE_S and svc.state(r.job_id) is None
+    ]
+    for job_id in stranded:
+        provision.apply_async(args=[job_id])
+    ledger = bootstrap.ledger()
+    for job_id, what in [*((j, "watch_boot") for j in overdue), *((j, "provision") for j in stranded)]:
+        ledger.append(
+            Event(
+                kind="job_redriven",
+                job=job_id,
+                reason=f"no task stepped it for over {REDRIVE_GRACE_S:.0f}s: {what} sent again",
+                payload={"task": what},
+                idempotency_key=f"redriven:{job_id}:{what}:{int(now // REDRIVE_GRACE_S)}",
+            )
+        )
+    providers = {r.provider for r in svc.rentals.all(states=("intent",))}
+    released = svc.rentals.release_stale_intents(
+        {p: bootstrap.market(p) for p in sorted(providers)}, now=svc.clock.now(), older_than_s=STALE_INTENT_S
+    )
+    record_success(svc.engine, "redrive", now)
+    return {"watch_boot": overdue, "provision": stranded, "released_intents": released}

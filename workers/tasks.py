@@ -5,7 +5,9 @@ Task names follow `tuneharness.<queue>.<verb>`; the prefix routes them to their 
 
 from __future__ import annotations
 
+import functools
 import time
+from collections.abc import Callable
 from typing import Any
 
 from app import bootstrap
@@ -14,13 +16,64 @@ from workers.celery_app import app
 from workers.config import TASK_TIME_LIMITS_S
 
 
-def task(queue: str, verb: str, **options: Any) -> Any:
-    """Declare a task on `queue` with that queue's soft and hard time limits."""
+def task(queue: str, verb: str, *, guard_deliveries: bool = True, **options: Any) -> Any:
+    """Declare a task on `queue` with that queue's soft and hard time limits.
+
+    Guarded (the default): each delivery is counted before the body runs (`app.deliveries`), so a
+    message whose body kills its worker every time (out of memory) is refused after
+    `MAX_DELIVERIES` deaths and its job failed, instead of being redelivered for ever.
+    """
     soft, hard = TASK_TIME_LIMITS_S[queue]
-    return app.task(name=f"tuneharness.{queue}.{verb}", bind=True, soft_time_limit=soft, time_limit=hard, **options)
+    name = f"tuneharness.{queue}.{verb}"
+
+    def register(fn: Callable[..., Any]) -> Any:
+        if not guard_deliveries:
+            return app.task(name=name, bind=True, soft_time_limit=soft, time_limit=hard, **options)(fn)
+
+        @functools.wraps(fn)
+        def guarded(self: Any, *args: Any, **kwargs: Any) -> Any:
+            from app.deliveries import admit, forget
+
+            engine = bootstrap.engine()
+            key = f"{self.request.id}:{self.request.retries or 0}"
+            ok, deaths = admit(engine, key, task=name, now=time.time())
+            if not ok:
+                forget(engine, key)
+                return _poisoned(name, args, deaths)
+            try:
+                return fn(self, *args, **kwargs)
+            finally:
+                forget(engine, key)
+
+        return app.task(name=name, bind=True, soft_time_limit=soft, time_limit=hard, **options)(guarded)
+
+    return register
 
 
-@task("maintenance", "heartbeat")
+def _poisoned(name: str, args: tuple[Any, ...], deaths: int) -> dict[str, Any]:
+    """A message that killed its worker `deaths` times: fail its job (when its first argument is one),
+    write it down, tell the operator; never run it again."""
+    from app.alerts import Alert
+    from app.ledger import Event
+
+    job_id = args[0] if args and isinstance(args[0], str) else None
+    jobs = bootstrap.jobs()
+    job = jobs.get(job_id) if job_id is not None else None
+    why = (
+        f"{name} died with its worker on {deaths} deliveries in a row (out of memory?): not run again. "
+        "Fix: look at the worker's log and memory, then resubmit the job"
+    )
+    if job is not None and job_id is not None and job.phase not in ("done", "failed", "cancelled"):
+        jobs.set_phase(job_id, "failed", detail=why)
+        jobs.run_failed(job_id, detail=why)
+    bootstrap.ledger().append(
+        Event(kind="task_poisoned", job=job_id if job is not None else None, reason=why, payload={"task": name})
+    )
+    bootstrap.notifier().notify(Alert("task_poisoned", why, job=job_id if job is not None else None))
+    return {"task": name, "poisoned": True, "deaths": deaths, "job": job_id}
+
+
+@task("maintenance", "heartbeat", guard_deliveries=False)
 def heartbeat(self: Any) -> float:
     """Record that beat and a worker are alive; alert on any other periodic task gone quiet."""
     from app.alerts import Alert
@@ -50,7 +103,7 @@ def flush_alerts(self: Any) -> int:
     return sent
 
 
-@task("maintenance", "ping")
+@task("maintenance", "ping", guard_deliveries=False)
 def ping(self: Any, payload: str = "pong") -> str:
     """Round trip through the broker; used by doctor and the benchmarks."""
     return payload

@@ -55,6 +55,7 @@ from app.policy.bootwatch import (
     pull_rate_gb_per_s,
     start_watch,
 )
+from app.policy.gpus import hardware_key
 from app.policy.preflight import PreflightReport, judge_preflight, unreachable
 from app.policy.ranking import (
     JobShape,
@@ -65,7 +66,7 @@ from app.policy.ranking import (
     market_delivery_rate,
     rank_offers,
 )
-from app.policy.reputation import MachineRecord
+from app.policy.reputation import MachineRecord, is_quarantined
 from app.policy.retry import (
     HeldHost,
     backoff_s,
@@ -74,6 +75,7 @@ from app.policy.retry import (
     may_create,
     pick_held_host,
 )
+from app.policy.speeds import SpeedSample, expected_speed, speed_model
 
 __all__ = [
     "Action",
@@ -111,6 +113,7 @@ __all__ = [
     "naive_config",
     "new_job",
     "oracle_config",
+    "ranked_offers",
     "slow_chains",
 ]
 
@@ -137,6 +140,8 @@ class ProvisioningConfig:
     queue_retry_s: float = 30.0  # no offer fits now: look again this much later
     jitter_u: float = 0.5  # set per decision by `decide(..., jitter_u=)`; 0.5 = no jitter
     max_offer_wait_s: float = 6 * 3600.0  # no offer fits for this long: give the job up
+    create_confirm_poll_s: float = 15.0  # a create whose answer was lost: look for it by label this often
+    create_confirm_s: float = 300.0  # ... and take it as never done when nothing is listed after this long
     # The platform's reliability score: a filter relaxed only when nothing above it is left
     # ("fallback"), or only the prior of the delivery probability ("prior"; see ranking).
     reliability_floor: ReliabilityFloor = "prior"
@@ -287,6 +292,9 @@ class CreateResult:
     offer: Offer
     instance_id: str | None  # None: the create failed
     error: str | None = None
+    # The create was sent and its answer lost: the vendor may have rented it. The driver keeps the
+    # intent and looks for it by label at the next step; nothing new is rented meanwhile.
+    unconfirmed: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -313,9 +321,17 @@ class Polled:
 
 @dataclass(frozen=True, slots=True)
 class PreflightResult:
+    """The preflight's report, with what the driver looked up for judging it: the passing
+    preflights of the reported GPU model on our machines (`app.policy.speeds`), the job's own
+    figure (`needs.expected_tflops`), and our record of the hardware the report identifies
+    (`hardware_key`), so a host listed again under a new id cannot shed its record."""
+
     report: PreflightReport | None
     unreachable: Literal["ssh_unreachable", "timeout"] | None = None
     detail: str = ""
+    speeds: Sequence[SpeedSample] = ()
+    expected_tflops: float | None = None
+    hardware: MachineRecord | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -412,6 +428,9 @@ class Record:
     event: Literal["create", "boot", "preflight_passed", "slice_finished", "failure"]
     reason: str | None = None
     evidence: str = ""
+    # A passing preflight's measurement, for the driver to keep (app.policy.speeds learns from it).
+    gpu_model: str | None = None
+    tflops_bf16: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -490,16 +509,10 @@ Action = (
 
 
 # -- decisions --------------------------------------------------------------------------------
-def choose_host(
-    job: JobState, view: MarketView, *, now: float, cfg: ProvisioningConfig
-) -> HeldHost | RankedOffer | None:
-    """A held verified host first (not for a standby job: it exists to add one); else the best
-    offer by the configured ranking."""
-    if (cfg.hold_s > 0 or cfg.standby_hosts > 0) and not job.standby:
-        held = [h for h in view.held if h.machine_id not in job.excluded]
-        pick = pick_held_host(held, job.req, now=now, recovering=job.lost_at is not None)
-        if pick is not None:
-            return pick
+def ranked_offers(job: JobState, view: MarketView, *, now: float, cfg: ProvisioningConfig) -> list[RankedOffer]:
+    """The offers this job may rent, in the order the configured ranking tries them (what
+    `tuneharness submit --dry-run` shows): quarantine and the job's filters applied, and none
+    whose attempt costs more than the budget has left."""
     records = view.records if cfg.quarantine else {}
     ranked = rank_offers(
         view.offers,
@@ -514,6 +527,20 @@ def choose_host(
         ranked.sort(key=lambda r: (r.offer.dph_total, r.offer.offer_id))
     if view.budget_left_usd is not None:
         ranked = [r for r in ranked if r.attempt_cost_usd <= view.budget_left_usd]
+    return ranked
+
+
+def choose_host(
+    job: JobState, view: MarketView, *, now: float, cfg: ProvisioningConfig
+) -> HeldHost | RankedOffer | None:
+    """A held verified host first (not for a standby job: it exists to add one); else the best
+    offer by the configured ranking."""
+    if (cfg.hold_s > 0 or cfg.standby_hosts > 0) and not job.standby:
+        held = [h for h in view.held if h.machine_id not in job.excluded]
+        pick = pick_held_host(held, job.req, now=now, recovering=job.lost_at is not None)
+        if pick is not None:
+            return pick
+    ranked = ranked_offers(job, view, now=now, cfg=cfg)
     if not ranked and not job.standby:
         # Nothing left to rent: a standby host is better used than a job left waiting.
         held = [h for h in view.held if h.machine_id not in job.excluded]
@@ -703,6 +730,8 @@ def _on_created(job: JobState, obs: CreateResult, now: float, cfg: ProvisioningC
         if obs.error and obs.error.startswith("budget"):
             # The form a budget refusal had before BudgetRefused existed; no driver sends it any more.
             return _on_budget_refused(job, BudgetRefused(obs.offer, cap="budget", detail=obs.error), now, cfg)
+        if obs.unconfirmed:
+            return job, [WakeAt(job.job_id, now + cfg.create_confirm_poll_s)]
         # Offer taken or provider busy: no money spent, try the next offer at once.
         return job, [WakeAt(job.job_id, now)]
     offer = obs.offer
@@ -829,19 +858,38 @@ def _on_preflight_poll(
 def _on_preflight(
     job: JobState, att: Attempt, obs: PreflightResult, now: float, cfg: ProvisioningConfig
 ) -> tuple[JobState, list[Action]]:
-    if obs.report is None:
+    report = obs.report
+    if report is None:
         verdict = unreachable(obs.unreachable or "ssh_unreachable", obs.detail or "no report")
     else:
+        hw = hardware_key(gpu_uuid=report.gpu_uuid, host_machine_id=report.host_machine_id)
+        if hw is not None and not att.offer.machine_id:
+            # The vendor names no machine: its record is kept under the hardware the preflight read
+            # (the offer it was rented through stays excluded for this job, as a failure would leave it).
+            job = replace(job, excluded=job.excluded | {att.machine_id})
+            att = replace(att, machine_id=hw)
+            job = replace(job, attempt=att)
+        bad = obs.hardware
+        if cfg.quarantine and hw is not None and bad is not None and is_quarantined(bad, now=now):
+            reason = bad.quarantine_reason or (bad.failures[-1][0] if bad.failures else "no_compute")
+            evidence = f"hardware {hw} is quarantined ({reason}) from an earlier rental"
+            return _fail_attempt(job, att, reason=reason, evidence=evidence, now=now, cfg=cfg, destroy=True)
+        speed = expected_speed(report.gpu_name or att.offer.gpu_name, obs.speeds, override=obs.expected_tflops)
         verdict = judge_preflight(
-            obs.report, offered_gpu_name=att.offer.gpu_name, offered_gpu_ram_gb=att.offer.gpu_ram_gb
+            report, offered_gpu_name=att.offer.gpu_name, offered_gpu_ram_gb=att.offer.gpu_ram_gb, speed=speed
         )
     if not verdict.passed:
         return _fail_attempt(
             job, att, reason=verdict.failure or "no_compute", evidence=verdict.evidence, now=now, cfg=cfg, destroy=True
         )
     evidence = verdict.evidence + ("; " + "; ".join(verdict.warnings) if verdict.warnings else "")
+    passed = Record(att.machine_id, att.provider, "preflight_passed", None, evidence)
+    if (
+        report is not None and report.gpu_name and report.tflops_bf16 is not None
+    ):  # pragma: no branch - judge_preflight passes only a report with a GPU name and a TFLOP/s figure
+        passed = replace(passed, gpu_model=speed_model(report.gpu_name), tflops_bf16=report.tflops_bf16)
     job2, acts = _verified(job, att, now, cfg)
-    return job2, [Record(att.machine_id, att.provider, "preflight_passed", None, evidence), *acts]
+    return job2, [passed, *acts]
 
 
 def _verified(job: JobState, att: Attempt, now: float, cfg: ProvisioningConfig) -> tuple[JobState, list[Action]]:
@@ -969,4 +1017,4 @@ def _on_failure_seen(
         return _fail_attempt(job, att, reason=obs.reason, evidence=obs.evidence, now=now, cfg=cfg, destroy=True)
     if job.phase == "training":
         return _lose_host(job, att, reason=obs.reason, evidence=obs.evidence, lost_at=now, now=now, cfg=cfg)
-    return job, []
+    return job, []  # pragma: no cover - only booting, preflight and training jobs hold an attempt

@@ -10,8 +10,11 @@ save. A second step waits for it (steps are short: database writes and a provide
 
 The lease is a row (`step_leases`) written in a short write transaction, so it works across worker
 processes and machines on PostgreSQL and across processes on SQLite. It expires (`ttl_s`, wall
-clock) so a worker killed inside a step does not block the job for ever. Within one thread the lease
-is re-entrant: a step that steps the same job again (never today) does not wait for itself.
+clock) so a worker killed inside a step does not block the job for ever, and while a step holds it a
+renewer thread extends it every `ttl_s / 3` (only while the row is still this holder's), so a slow
+step (a provider call retrying for minutes) never outlives its lease and lets a second step in.
+Within one thread the lease is re-entrant: a step that steps the same job again (never today) does
+not wait for itself.
 """
 
 from __future__ import annotations
@@ -84,6 +87,22 @@ class StepLeases:
             conn.execute(_T.insert().values(key=key, holder=token, expires_at=now + self.ttl_s))
         return token
 
+    def renew(self, key: str, token: str) -> bool:
+        """Push the lease's expiry `ttl_s` past now; False if it is no longer this holder's."""
+        with write_transaction(self.engine, lock=f"tuneharness.step_lease.{key}") as conn:
+            moved = conn.execute(
+                _T.update().where(_T.c.key == key, _T.c.holder == token).values(expires_at=self._now() + self.ttl_s)
+            ).rowcount
+        return bool(moved)
+
+    def _renew_while_held(self, key: str, token: str, done: threading.Event) -> None:
+        while not done.wait(self.ttl_s / 3.0):
+            try:
+                if not self.renew(key, token):
+                    return
+            except Exception:  # the database blipped: the lease still has two thirds of its life
+                continue
+
     def release(self, key: str, token: str) -> None:
         """Give the lease back (only if it is still this holder's: an expired one may be someone else's)."""
         with write_transaction(self.engine, lock=f"tuneharness.step_lease.{key}") as conn:
@@ -115,8 +134,15 @@ class StepLeases:
             yield False
             return
         here[key] = 1
+        done = threading.Event()
+        renewer = threading.Thread(
+            target=self._renew_while_held, args=(key, token, done), name=f"lease-{key}", daemon=True
+        )
+        renewer.start()
         try:
             yield True
         finally:
+            done.set()
+            renewer.join()
             del here[key]
             self.release(key, token)

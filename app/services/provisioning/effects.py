@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from app.errors import BudgetExceeded
 from app.ledger import Event
-from app.market import MarketError, OfferGone
+from app.market import CreateUnconfirmed, MarketError, Offer, OfferGone
 from app.policy.fleet import reservation_usd
 from app.policy.provisioning import (
     Adopt,
@@ -85,7 +85,10 @@ class StepEffects:
             if base < r.attempt < base + STANDBY_ATTEMPT_BASE
         ]
         attempt = base + job.creates + 1 + len(abandoned)
-        offer = act.offer
+        # A create whose answer was lost keeps its intent: this step looks for that instance (the
+        # intent's offer, whatever the policy ranks first now), it does not rent another.
+        pending = svc.rentals.get(f"{owner}:{attempt}")
+        offer = act.offer if pending is None or pending.state != "intent" else svc.rentals.offer_of(pending.id)
         reserve = reservation_usd(offer, job.shape, svc.cfg)
         spec = svc.launch_spec_for(owner)
         rental_id = f"{owner}:{attempt}"
@@ -113,7 +116,7 @@ class StepEffects:
                 attempt=attempt,
                 offer=offer,
                 disk_gb=spec.disk_gb,
-                ttl_s=svc.ttl_s,
+                ttl_s=svc.ttl_for(job.shape, offer, standby=sj is not None),
                 now=now,
                 reserve_usd=reserve,
                 budget_name=budget_name,
@@ -132,6 +135,8 @@ class StepEffects:
             return BudgetRefused(offer, cap=exc.budget, detail=str(exc))
         try:
             rental = svc.rentals.execute(rental_id, market=svc.market_for(offer.provider), spec=spec, now=now)
+        except CreateUnconfirmed as exc:
+            return self._unconfirmed(owner, rental_id, offer, exc, now=now)
         except OfferGone as exc:
             svc.rentals.abandon(rental_id, reason=f"offer gone: {exc}", now=now)
             return CreateResult(offer, None, str(exc))
@@ -152,6 +157,33 @@ class StepEffects:
             )
         )
         return CreateResult(offer, rental.instance_id)
+
+    def _unconfirmed(
+        self, owner: str, rental_id: str, offer: Offer, exc: CreateUnconfirmed, *, now: float
+    ) -> CreateResult:
+        """The vendor may have rented it: keep the intent and its reservation, look again by label at
+        the next step. Past `create_confirm_s` with nothing listed, the create is taken as never done
+        (abandoned, its reservation released; an instance listed later under that label is the
+        reconciler's)."""
+        svc = self.svc
+        sent_at = svc.rentals.create_sent_at(rental_id)
+        waited = 0.0 if sent_at is None else now - sent_at
+        if waited >= svc.cfg.create_confirm_s:
+            svc.rentals.abandon(rental_id, reason=f"create unconfirmed, not listed after {waited:.0f}s: {exc}", now=now)
+            return CreateResult(offer, None, str(exc))
+        svc.ledger.append(
+            Event(
+                kind="create_unconfirmed",
+                job=owner,
+                provider=offer.provider,
+                machine=offer.machine_id,
+                rate_usd_per_hour=offer.dph_total,
+                reason=str(exc),
+                payload={"rental": rental_id, "waited_s": waited},
+                idempotency_key=f"unconfirmed:{rental_id}",
+            )
+        )
+        return CreateResult(offer, None, str(exc), unconfirmed=True)
 
     # -- adoption -----------------------------------------------------------------------------
     def adopt(self, job: JobState, act: Adopt) -> Observation | None:
@@ -355,6 +387,14 @@ class StepEffects:
                 )
             )
         elif act.event == "preflight_passed":
+            if act.gpu_model is not None and act.tflops_bf16 is not None:
+                svc.speeds.add(
+                    act.gpu_model,
+                    provider=act.provider,
+                    machine_id=act.machine_id,
+                    tflops_bf16=act.tflops_bf16,
+                    now=svc.clock.now(),
+                )
             svc.ledger.append(
                 Event(
                     kind="preflight_passed",

@@ -26,10 +26,13 @@ from dataclasses import replace
 
 from sqlalchemy import Engine
 
+from app.gpu_speeds import GpuSpeedStore
 from app.interpreter import apply, drive
+from app.jobs import JobStore
 from app.ledger import Event, Ledger
-from app.market import LaunchSpec, Market, MarketError, OfferQuery
-from app.policy.fleet import budget_exhausted, pull_rate_seen, reservation_usd
+from app.market import LaunchSpec, Market, MarketError, Offer, OfferQuery
+from app.policy.fleet import budget_exhausted, kill_after_s, pull_rate_seen, reservation_usd
+from app.policy.gpus import hardware_key
 from app.policy.provisioning import (
     BudgetCapReached,
     FailureSeen,
@@ -46,6 +49,7 @@ from app.policy.provisioning import (
     new_job,
 )
 from app.policy.ranking import JobShape, Requirements
+from app.policy.speeds import speed_model
 from app.ports import Clock
 from app.rentals import Rental, Rentals
 from app.reputation import ReputationStore
@@ -57,11 +61,23 @@ from app.services.provisioning.standby import Standby
 from app.services.provisioning.state import StateStore
 from app.services.provisioning.types import HoldSweep, Step, StepBusy, StepContext, StepYields
 
-__all__ = ["PreflightRunner", "ProvisioningService"]
+__all__ = ["PreflightRunner", "ProvisioningService", "offer_query"]
 
 PreflightRunner = Callable[[Market, str, str], PreflightResult]  # (market, job id, instance id)
 
 _BUSY_RETRY_S = 5.0
+
+
+def offer_query(req: Requirements, shape: JobShape) -> OfferQuery:
+    """What a job asks each marketplace for (the policy filters and ranks what comes back)."""
+    return OfferQuery(
+        gpu_names=req.gpu_names,
+        min_gpu_ram_gb=req.min_gpu_ram_gb or None,
+        num_gpus=req.num_gpus,
+        max_dph=req.max_dph,
+        disk_gb=shape.disk_gb,
+        datacenter_only=req.datacenter_only,
+    )
 
 
 def _same_situation(loaded: JobState, now: JobState) -> bool:
@@ -84,7 +100,7 @@ class ProvisioningService:
         launch_spec_for: Callable[[str], LaunchSpec],
         providers: tuple[str, ...] = ("sim",),
         cfg: ProvisioningConfig | None = None,
-        ttl_s: float = 6 * 3600.0,
+        ttl_s: float | None = None,
         rng: random.Random | None = None,
     ) -> None:
         self.engine = engine
@@ -94,11 +110,12 @@ class ProvisioningService:
         self.launch_spec_for = launch_spec_for
         self.providers = providers
         self.cfg = cfg or guarded_config()
-        self.ttl_s = ttl_s
+        self.ttl_s = ttl_s  # every rental's kill-time after its create; None: derived per job and offer
         self.rng = rng or random.Random()
         self.ledger = Ledger(engine)
         self.rentals = Rentals(engine, ledger=self.ledger)
         self.reputation = ReputationStore(engine)
+        self.speeds = GpuSpeedStore(engine)
         self.pool = Pool(engine)
         self.leases = StepLeases(engine)
         self.states = StateStore(engine)
@@ -109,6 +126,17 @@ class ProvisioningService:
     def state(self, job_id: str) -> tuple[JobState, int] | None:
         return self.states.load(job_id)
 
+    def overdue(self, *, grace_wall_s: float) -> list[str]:
+        """Jobs whose wake-up is more than `grace_wall_s` wall seconds past: the task that should have
+        stepped them was lost (a worker killed between tasks, a broker that lost its queue). A live
+        chain always wakes at or before its wake-up, so these have none; `redrive` gives them one."""
+        now = self.clock.now()
+        return sorted(
+            job_id
+            for job_id, wake_at in self.states.wake_times().items()
+            if self.clock.wall_seconds(now - wake_at) > grace_wall_s
+        )
+
     def save(self, writes: Sequence[tuple[JobState, int, float | None]]) -> bool:
         """Write jobs' states in one transaction, all or none (see StateStore.save)."""
         return self.states.save(writes, now=self.clock.now())
@@ -117,6 +145,18 @@ class ProvisioningService:
         """The job a standby job rents for (itself for any other job)."""
         sj = self.pool.standby_job(job_id)
         return job_id if sj is None else sj.owner
+
+    def ttl_for(self, shape: JobShape, offer: Offer, *, standby: bool = False) -> float:
+        """A rental's kill-time after its create: the job's (`needs.kill_after_hours`, else derived
+        from its pull, training and overhead; `app.policy.fleet.kill_after_s`), plus the standby hold
+        for a host that waits before it trains; a fixed `ttl_s` when the service was given one."""
+        if self.ttl_s is not None:
+            return self.ttl_s
+        return kill_after_s(offer, shape, waits_s=self.cfg.standby_hold_s if standby else 0.0)
+
+    def providers_for(self, req: Requirements) -> tuple[str, ...]:
+        """The marketplaces a job's offers are searched on: its own list, else the configured ones."""
+        return req.providers or self.providers
 
     def rental_of(self, instance_id: str) -> Rental | None:
         for rental in self.rentals.all(states=("active", "stopped", "intent")):
@@ -216,16 +256,37 @@ class ProvisioningService:
         view = MarketView(records=self.reputation.records(), pull_rates_gb_per_s=tuple(self.pool.pull_rates()))
         return self.observe(rec, RecoveryProgress(chains=chains, view=view))
 
-    def preflight(self, job_id: str, instance_id: str) -> Step:
-        """Run the preflight on the job's new host (over SSH, with the key of the job it rents for) and judge it."""
+    def preflight(self, job_id: str, instance_id: str, *, result: PreflightResult | None = None) -> Step:
+        """Run the preflight on the job's new host (over SSH, with the key of the job it rents for) and
+        judge it; `result`: a verdict reached without running it (the vendor could not be asked)."""
         loaded = self.state(job_id)
         if loaded is None:
             return Step(job_id, "unknown")
         job, version = loaded
         if job.phase != "preflight" or job.attempt is None or job.attempt.instance_id != instance_id:
             return Step(job_id, job.phase, standby=job.standby)  # stale: the job moved on
-        result = self.run_preflight(self.market_for(job.attempt.provider), self.owner_of(job_id), instance_id)
-        return self._run(job, version, result)
+        owner = self.owner_of(job_id)
+        if result is None:
+            result = self.run_preflight(self.market_for(job.attempt.provider), owner, instance_id)
+        return self._run(job, version, self._with_knowledge(result, owner=owner, provider=job.attempt.provider))
+
+    def _with_knowledge(self, result: PreflightResult, *, owner: str, provider: str) -> PreflightResult:
+        """The preflight's result with what judging it needs: the passing preflights of the reported
+        GPU model on our machines, the job's own `needs.expected_tflops`, and our record of the
+        hardware the report identifies (app.policy.speeds, app.policy.gpus.hardware_key)."""
+        report = result.report
+        if report is None:
+            return result
+        rec = JobStore(self.engine).get(owner)
+        override = (rec.spec.get("needs") or {}).get("expected_tflops") if rec is not None else None
+        hw = hardware_key(gpu_uuid=report.gpu_uuid, host_machine_id=report.host_machine_id)
+        view = None if hw is None else self.reputation.get(provider, hw)
+        return replace(
+            result,
+            speeds=tuple(self.speeds.samples(speed_model(report.gpu_name or ""))),
+            expected_tflops=float(override) if isinstance(override, int | float) else None,
+            hardware=None if view is None else view.record,
+        )
 
     def fail_seen(self, job_id: str, reason: str, evidence: str) -> Step:
         """An outside observer (e.g. the supervisor) reports a failure of the job's host."""
@@ -344,17 +405,9 @@ class ProvisioningService:
 
     def _view(self, job: JobState) -> MarketView:
         offers = []
-        for name in job.req.providers or self.providers:
+        for name in self.providers_for(job.req):
             try:
-                offers += self.market_for(name).search_offers(
-                    OfferQuery(
-                        gpu_names=job.req.gpu_names,
-                        min_gpu_ram_gb=job.req.min_gpu_ram_gb or None,
-                        num_gpus=job.req.num_gpus,
-                        max_dph=job.req.max_dph,
-                        disk_gb=job.shape.disk_gb,
-                    )
-                )
+                offers += self.market_for(name).search_offers(offer_query(job.req, job.shape))
             except MarketError as exc:
                 self.ledger.append(Event(kind="offer_search_failed", job=job.job_id, provider=name, reason=str(exc)))
         held = () if job.standby else tuple(h.policy_view() for h in self._adoptable(job))

@@ -56,6 +56,12 @@ class StateStore:
         with read_connection(self.engine) as conn:
             return {r.job_id: codec.load_job(json.loads(r.state_json)) for r in conn.execute(select(_T))}
 
+    def wake_times(self) -> dict[str, float]:
+        """Every job that is waiting for a wake-up, and when it is due (the provisioning clock)."""
+        with read_connection(self.engine) as conn:
+            rows = conn.execute(select(_T.c.job_id, _T.c.wake_at).where(_T.c.wake_at.is_not(None)))
+            return {str(r.job_id): float(r.wake_at) for r in rows}
+
     def save(self, writes: Sequence[tuple[JobState, int, float | None]], *, now: float) -> bool:
         """Write several jobs' states in one transaction: all of them, or none if any moved since
         its `version` (0: the job must be new). A crash in the middle writes nothing."""

@@ -137,3 +137,32 @@ def test_a_step_that_cannot_get_its_lease_applies_nothing_and_comes_back(tmp_pat
         )
     state = svc.state("job-1")
     assert state is not None and state[1] == 1  # nothing saved
+
+
+def test_a_slow_step_keeps_its_lease_past_the_ttl(db_url: str) -> None:
+    """A step that runs three times longer than the lease's ttl (a provider call retrying) still holds
+    it the whole time: no second step gets in; once it ends, the lease is free at once."""
+    import threading
+    import time
+
+    engine = make_engine(db_url)
+    init_db(engine)
+    leases = StepLeases(engine, ttl_s=0.6)
+    inside, finish = threading.Event(), threading.Event()
+
+    def slow_step() -> None:
+        with leases.held("job-1") as held:
+            assert held
+            inside.set()
+            finish.wait(10)  # the step's provider call, still running
+
+    t = threading.Thread(target=slow_step)
+    t.start()
+    assert inside.wait(10)
+    deadline = time.monotonic() + 3 * leases.ttl_s
+    while time.monotonic() < deadline:  # well past the ttl, the holder is unchanged
+        assert leases.try_acquire("job-1") is None
+        time.sleep(0.05)
+    finish.set()
+    t.join(10)
+    assert leases.try_acquire("job-1") is not None
