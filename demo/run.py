@@ -56,7 +56,8 @@ needs:
   train_hours: 0.05
 budget_usd: 5.0
 gate:                     # one adapter per seed, judged on the worst seed against a rules baseline
-  config: {{metric: accuracy, model: demo-words, task: swap two words, baseline_name: rules (always x0)}}
+  config:
+    {{metric: accuracy, model: demo-words, task: swap two words, baseline_name: rules (always x0), min_canaries: 1}}
   eval: eval.jsonl
   baseline: predictions:baseline.jsonl
   seeds: [1, 2]
@@ -229,6 +230,39 @@ def real_preflights() -> None:
     console.print(table)
 
 
+def learned_speeds() -> None:
+    """Consumer cards judged against what other cards of their model measured, not a datasheet."""
+    from app.policy.gpus import DATASHEET_PEAK_TFLOPS_BF16
+    from providers.sim.campaign import run_campaign
+    from providers.sim.trace import load_trace
+
+    trace = load_trace("consumer")
+    learned = run_campaign(trace, policy="guarded")
+    # the datasheet as the expectation: a memory in which three machines of each model measured its peak
+    datasheet = {
+        model: {f"datasheet-{i}": [DATASHEET_PEAK_TFLOPS_BF16[model]] for i in range(3)}
+        for model in ("RTX 3090", "RTX 4090", "RTX A6000")
+    }
+    by_sheet = run_campaign(trace, policy="guarded", known_speeds=datasheet)
+    console.print(
+        "Healthy consumer cards reach 0.68-0.78 of their datasheet on the preflight's matmul; some hosts are "
+        "throttled to 0.5-0.7 of a healthy card. `sim campaign --trace consumer`, guarded, judging speed two ways:"
+    )
+    slow = {h.machine_id for h in trace.hosts if h.truth.tflops_factor < 1.0}
+    table = Table()
+    for c in ("expected speed", "called throttled", "of them healthy", "jobs_completed", "total_cost_usd"):
+        table.add_column(c)
+    for name, res in (("the datasheet (before)", by_sheet), ("learned from our own preflights", learned)):
+        called = {e["machine"] for e in res.ledger if e.get("kind") == "host_failed" and e.get("reason") == "throttled"}
+        r = res.receipt
+        table.add_row(
+            name, str(len(called)), str(len(called - slow)), str(r["jobs_completed"]), str(r["total_cost_usd"])
+        )
+    console.print(table)
+    for e in [e for e in learned.ledger if e.get("kind") == "host_failed" and e.get("reason") == "throttled"][:3]:
+        console.print(f"  {e['machine']}: {e['evidence']}")
+
+
 def demo_trace() -> Path:
     """The smoke trace's four hosts (three liars, one healthy) plus four more healthy hosts: one per seed
     run, and some to recover onto."""
@@ -327,18 +361,21 @@ def live_job(stack) -> None:  # type: ignore[no-untyped-def]
     )
     rows = [{"prompt": f"w{i} x{i % 7} ->", "completion": f" x{i % 7} w{i}"} for i in range(64)]
     (jobdir / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    # the gate's eval set: held-out rows the training never saw, one canary (a row it must never get wrong)
+    # the gate's eval set: held-out rows the training never saw, one canary (a row it must never get
+    # wrong; also unseen: an eval row found in train.jsonl is refused)
     evals = [
         {"id": f"h{i}", "slice": "heldout", "prompt": f"w{i} x{i % 7} ->", "expected": f" x{i % 7} w{i}"}
         for i in range(64, 70)
     ]
-    evals.append({"id": "c0", "slice": "canary", "prompt": "w0 x0 ->", "expected": " x0 w0"})
+    evals.append({"id": "c0", "slice": "canary", "prompt": "w70 x0 ->", "expected": " x0 w70"})
     (jobdir / "eval.jsonl").write_text("".join(json.dumps(r) + "\n" for r in evals))
     # the baseline it must beat: a rule that always answers x0 (recorded predictions)
     (jobdir / "baseline.jsonl").write_text(
         "".join(json.dumps({"id": r["id"], "predicted": " x0 " + r["prompt"].split()[0]}) + "\n" for r in evals)
     )
     (jobdir / "job.yaml").write_text(DEMO_JOB)
+    console.print("what would be rented now, at what all-in cost, kill-time and reservation (nothing created):")
+    sh("submit", str(jobdir / "job.yaml"), "--dry-run", "--top", "3")
     gated_id = sh("submit", str(jobdir / "job.yaml")).stdout.strip()
     console.print(
         f"a job with a gate trains one adapter per seed: {gated_id}-seed-1 and {gated_id}-seed-2, "
@@ -478,7 +515,11 @@ def ledger_integrity() -> None:
     except sqlite3.DatabaseError as exc:
         console.print(f"sqlite> UPDATE ledger_events ...  -> [green]refused by the database:[/] {exc}")
     con.close()
-    sh("ledger", "verify")
+    verified = sh("ledger", "verify")
+    anchor = verified.stdout.strip().splitlines()[-1].removeprefix("anchor: ")
+    sh("ledger", "note", "demo: one more event after the anchor was written down")
+    console.print("the anchor printed above, kept outside the database, checked later:")
+    sh("ledger", "verify", "--anchor", anchor)
     tampered = DEMO / "tampered.db"
     src = sqlite3.connect(HOME / "tuneharness.db")
     dst = sqlite3.connect(tampered)
@@ -597,6 +638,7 @@ def main() -> None:
     campaign_in_money()
     two_drivers()
     real_preflights()
+    learned_speeds()
     fleet_and_job()
     money_guardrails()
     ledger_integrity()
