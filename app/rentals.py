@@ -23,7 +23,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from sqlalchemy import Engine, select
+from sqlalchemy import Connection, Engine, select
 from sqlmodel import Field, SQLModel
 
 from app.budget import Budget, Reservation
@@ -861,19 +861,7 @@ class Rentals:
                     job=to_job, reservation_id=new_ids[0], other_reservations=",".join(new_ids[1:]), idle_since=None
                 )
             )
-            conn.execute(
-                _X.insert().values(
-                    id=transfer_id,
-                    rental_id=rental_id,
-                    from_job=from_job,
-                    to_job=to_job,
-                    at=now,
-                    rate_usd_per_hour=r.rate_usd_per_hour,
-                    settled_usd=share_usd,
-                    old_reservations=",".join(old),
-                    new_reservations=",".join(new_ids),
-                )
-            )
+            _new_spell(conn, transfer_id, r, to_job=to_job, at=now, settled_usd=share_usd, old=old, new=new_ids)
             self.ledger.append(
                 Event(
                     kind="rental_transferred",
@@ -950,19 +938,8 @@ class Rentals:
                     other_reservations=",".join(new_ids[1:]),
                 )
             )
-            conn.execute(
-                _X.insert().values(
-                    id=f"{rental_id}@{r.job}@restart-{int(now * 1000)}",
-                    rental_id=rental_id,
-                    from_job=r.job,
-                    to_job=r.job,
-                    at=now,
-                    rate_usd_per_hour=r.rate_usd_per_hour,
-                    settled_usd=share_usd,
-                    old_reservations=",".join(old),
-                    new_reservations=",".join(new_ids),
-                )
-            )
+            spell = f"{rental_id}@{r.job}@restart-{int(now * 1000)}"
+            _new_spell(conn, spell, r, to_job=r.job, at=now, settled_usd=share_usd, old=old, new=new_ids)
             self.ledger.append(
                 Event(
                     kind="instance_started",
@@ -989,6 +966,35 @@ class Rentals:
                 conn=conn,
             )
         return True
+
+
+def _new_spell(
+    conn: Connection,
+    spell_id: str,
+    r: Any,
+    *,
+    to_job: str,
+    at: float,
+    settled_usd: float,
+    old: Sequence[str],
+    new: Sequence[str],
+) -> None:
+    """Close the rental's billing spell at `at` (what it billed `r.job` until then, settled from `old`)
+    and open the next one for `to_job`, paid from `new`: a `rental_transfers` row (a transfer, or a
+    restart to the same job)."""
+    conn.execute(
+        _X.insert().values(
+            id=spell_id,
+            rental_id=r.id,
+            from_job=r.job,
+            to_job=to_job,
+            at=at,
+            rate_usd_per_hour=r.rate_usd_per_hour,
+            settled_usd=settled_usd,
+            old_reservations=",".join(old),
+            new_reservations=",".join(new),
+        )
+    )
 
 
 def billed_usd(
