@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed-stamp
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 
-.PHONY: demo test test-fast lint typecheck imports check install system-deps bench clean
+.PHONY: demo test test-fast lint typecheck imports check install system-deps bench clean trainer-image
 
 $(STAMP): pyproject.toml
 	@command -v $(PY) >/dev/null || { echo "error: $(PY) not found: install Python 3.11+"; exit 1; }
@@ -43,8 +43,18 @@ check: lint typecheck imports
 # redis-server, databases and sshd (free ports, temp dirs); a test file stays on one worker.
 TEST_WORKERS ?= 2
 
+# The policy layer decides money: every line and branch of app/policy runs under the suite, or
+# the run fails (a line that cannot run says why in its `# pragma: no cover` comment).
+COVERAGE := --cov=app/policy --cov-branch --cov-report=term-missing:skip-covered --cov-fail-under=100
+
 test: $(STAMP) system-deps check
-	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile $(COVERAGE)
+
+# The image a job names in needs.image to skip the host's bootstrap (docs/trainer.md); push it yourself.
+# `make test` builds it too (tests/integration/trainer/test_trainer_image.py) where a Docker daemon answers.
+TRAINER_IMAGE ?= tuneharness-trainer:latest
+trainer-image:
+	docker build -f trainer/Dockerfile -t $(TRAINER_IMAGE) .
 
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -q tests/unit

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -289,16 +289,3 @@ def budget_level(*, committed_usd: float, cap_usd: float, warn_fraction: float =
     if share >= warn_fraction:
         return "warning"
     return "ok"
-
-
-def orphan_grace_s(*, longest_create_latency_s: float) -> float:
-    """Twice the longest create latency: a create in flight is never mistaken for an orphan."""
-    return 2.0 * longest_create_latency_s
-
-
-def providers_to_sweep(*, registry: Sequence[str], configured: Sequence[str]) -> list[str]:
-    return sorted(set(registry) | set(configured))
-
-
-def index_by(items: Sequence[Known]) -> Mapping[str, Known]:
-    return {k.rental_id: k for k in items}
