@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import base64
 import os
-import select
 import stat
 import time
 from dataclasses import dataclass
@@ -48,6 +47,7 @@ __all__ = [
 
 
 EOF_GRACE_S = 2.0
+POLL_S = 0.02  # how often a running command's channel is looked at for output
 
 
 class SSHError(TuneharnessError):
@@ -289,7 +289,12 @@ class SSHHostShell:
                 if left <= 0:
                     chan.close()
                     raise CommandTimedOut(f"{self._where}: command ran past {timeout_s:g}s: {command[:80]}")
-                select.select([chan], [], [], min(left, 0.2 if exited_at is not None else 1.0))
+                # Polled, not select()ed: select() makes paramiko open a pipe for the channel, and a
+                # channel closed while the host still sends (output past the cap) then has paramiko's
+                # reader thread write to that closed pipe and die with the connection.
+                if chan.recv_ready() or chan.recv_stderr_ready():
+                    continue
+                time.sleep(min(left, POLL_S))
             code = chan.recv_exit_status()
             chan.close()
         except (paramiko.SSHException, OSError, EOFError) as exc:

@@ -100,7 +100,9 @@ class _Run:
         self.env: dict[str, str] = {k: v for k, v in os.environ.items() if not k.startswith(_OWN_VARS)}
         self.env.update(
             {
-                "TUNEHARNESS_HOME": str(home),
+                # the state (every job's SSH key) apart from the job files beside it: nothing under
+                # TUNEHARNESS_HOME may be shipped to a host (app/shipguard.py)
+                "TUNEHARNESS_HOME": str(home / "state"),
                 "TUNEHARNESS_DB_URL": f"sqlite:///{home / 'tuneharness.db'}",
                 "TUNEHARNESS_BROKER_URL": f"redis://127.0.0.1:{_free_port()}/0",  # nothing there: a private redis
                 "TUNEHARNESS_PROVIDERS": "sim",
