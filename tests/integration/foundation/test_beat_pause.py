@@ -18,13 +18,12 @@ REPO = Path(__file__).resolve().parents[3]
 
 _HOLDER = textwrap.dedent(
     """
-    import sys, time
+    import sys, threading
     from workers.beatlock import BeatLock, LOCK_KEY
     lock = BeatLock(sys.argv[1], ttl_s=1, renew_every_s=0.2)
     assert lock.acquire() is None
     print("held", flush=True)
-    while True:
-        time.sleep(0.05)
+    threading.Event().wait()  # a beat doing nothing but holding its lock, until it is killed
     """
 )
 
