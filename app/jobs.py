@@ -564,7 +564,9 @@ def parse_job_text(
         budget = c.number(top["budget_usd"], "budget_usd", minimum=0, maximum=MAX_USD)
     gate = None
     if top.get("gate") is not None:
-        gate = _gate_section(c, top["gate"], base, check_files=check_files)
+        tf = train.get("train_file")
+        train_file = _contained(c, tf, "train.train_file", base) if isinstance(tf, str) else None
+        gate = _gate_section(c, top["gate"], base, check_files=check_files, train_file=train_file)
 
     return JobSpec(
         name=name,
@@ -661,13 +663,14 @@ def _predictor(c: _Check, value: Any, path: str, base: Path, *, check_files: boo
     return f"{kind}:{_path(c, rest, path, base, check_files=check_files, what='a file or directory')}"
 
 
-def _check_eval_rows(c: _Check, file: Path, path: str) -> None:
-    """Eval rows: {"id", "slice", "expected", "text" | "prompt"}; the first bad line is named."""
+def _check_eval_rows(c: _Check, file: Path, path: str) -> list[tuple[str, str, str]]:
+    """Eval rows: {"id", "slice", "expected", "text" | "prompt"}; the first bad line is named.
+    Returns each row's (id, slice, input)."""
     try:
         text = file.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise c.fail(path, f"{file} cannot be read ({exc})", "point it at a UTF-8 JSONL file") from None
-    rows = 0
+    rows: list[tuple[str, str, str]] = []
     for lineno, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
@@ -686,12 +689,47 @@ def _check_eval_rows(c: _Check, file: Path, path: str) -> None:
         sl = row["slice"]
         if sl not in ("heldout", "canary") and not (sl.startswith("ood:") and len(sl) > 4):
             raise c.fail(path, f"{file} line {lineno}: unknown slice {sl!r}", 'use "heldout", "canary" or "ood:<name>"')
-        rows += 1
-    if rows == 0:
+        rows.append((row["id"], sl, row["text"] if isinstance(row.get("text"), str) else row["prompt"]))
+    if not rows:
         raise c.fail(path, f"{file} holds no rows", "add held-out rows to evaluate on")
+    return rows
 
 
-def _gate_section(c: _Check, raw: Any, base: Path, *, check_files: bool) -> dict[str, Any]:
+def _check_eval_integrity(
+    c: _Check, rows: list[tuple[str, str, str]], cfg: Any, train_file: Path | None, where: str
+) -> None:
+    """The gate's integrity checks, at submit rather than after hours of training: enough canaries
+    (gate.json's `min_canaries`, DEFAULT_MIN_CANARIES unless it says lower on purpose), and no eval
+    row whose input is also in the training data (by content hash, `app.evalrows`)."""
+    from app.evalrows import leak_message, leaked_rows, training_hashes
+    from app.policy.gate_rules import DEFAULT_MIN_CANARIES
+
+    wanted = DEFAULT_MIN_CANARIES
+    if isinstance(cfg, dict) and "min_canaries" in cfg:
+        wanted = int(c.number(cfg["min_canaries"], "gate.config.min_canaries", minimum=0, integer=True))
+    canaries = {row_id for row_id, sl, _ in rows if sl == "canary"}
+    if len(canaries) < wanted:
+        raise c.fail(
+            where,
+            f"{len(canaries)} canary row(s); the gate needs at least {wanted}",
+            'add rows with "slice": "canary", or set min_canaries lower in the gate config on purpose',
+        )
+    if train_file is None or not train_file.is_file():
+        return
+    try:
+        seen = training_hashes([train_file])
+    except (OSError, UnicodeDecodeError) as exc:
+        raise c.fail(
+            "train.train_file", f"{train_file} cannot be read ({exc})", "point it at a UTF-8 JSONL file"
+        ) from None
+    leaked = leaked_rows(((row_id, text) for row_id, _, text in rows), seen)
+    if leaked:
+        raise c.fail(where, leak_message(leaked), "remove them from the eval set (or from the training data)")
+
+
+def _gate_section(
+    c: _Check, raw: Any, base: Path, *, check_files: bool, train_file: Path | None = None
+) -> dict[str, Any]:
     """The job's gate, normalised: paths absolute, seeds a list, the defaults filled in."""
     if not isinstance(raw, dict):
         raise c.fail(
@@ -736,11 +774,12 @@ def _gate_section(c: _Check, raw: Any, base: Path, *, check_files: bool) -> dict
     if not evals:
         raise c.fail("gate.eval", "no eval file", "name at least one JSONL eval file")
     out["eval"] = []
+    rows: list[tuple[str, str, str]] = []
     for i, e in enumerate(evals):
         where = f"gate.eval[{i}]" if isinstance(g["eval"], list) and f"gate.eval[{i}]" in c.lines else "gate.eval"
         p = _path(c, e, where, base, check_files=check_files, what="a JSONL eval file")
         if check_files:
-            _check_eval_rows(c, Path(p), where)
+            rows += _check_eval_rows(c, Path(p), where)
         out["eval"].append(p)
     out["baseline"] = _predictor(c, g["baseline"], "gate.baseline", base, check_files=check_files)
     if g.get("incumbent") is not None:
@@ -762,6 +801,8 @@ def _gate_section(c: _Check, raw: Any, base: Path, *, check_files: bool) -> dict
     out["timeout_s"] = DEFAULT_GATE_TIMEOUT_S
     if "timeout_s" in g:
         out["timeout_s"] = c.number(g["timeout_s"], "gate.timeout_s", minimum=1, maximum=MAX_GATE_TIMEOUT_S)
+    if check_files:
+        _check_eval_integrity(c, rows, cfg, train_file, "gate.eval")
     return out
 
 
@@ -919,15 +960,34 @@ class JobStore:
         with read_connection(self._engine) as conn:
             return [_record(r) for r in conn.execute(select(_T).order_by(_T.c.created_at, _T.c.job_id))]
 
-    def set_phase(self, job_id: str, phase: str, *, detail: str = "", now: float | None = None) -> None:
+    def set_phase(self, job_id: str, phase: str, *, detail: str = "", now: float | None = None) -> bool:
+        """Move the job to `phase`; False when it did not move. A cancelled job stays cancelled: a task
+        still in flight when the operator cancelled (a poll, a step) cannot bring it back; only
+        `reopen` (the operator's resume) does."""
         if phase not in JOB_PHASES:
             raise ValueError(f"unknown job phase {phase!r}; known: {JOB_PHASES}")
         with write_transaction(self._engine, lock="tuneharness.jobs") as conn:
-            conn.execute(
+            moved = conn.execute(
                 _T.update()
-                .where(_T.c.job_id == job_id)
+                .where(_T.c.job_id == job_id, _T.c.phase != "cancelled")
                 .values(phase=phase, detail=detail, updated_at=time.time() if now is None else now)
             )
+        return bool(moved.rowcount)
+
+    def reopen(
+        self, job_id: str, *, phase: str, detail: str, budget_usd: float | None = None, now: float | None = None
+    ) -> None:
+        """The operator resumes a cancelled or failed job: its phase (cancelled included) becomes
+        `phase`, and its budget `budget_usd` when one is given."""
+        if phase not in JOB_PHASES:
+            raise ValueError(f"unknown job phase {phase!r}; known: {JOB_PHASES}")
+        values: dict[str, Any] = {"phase": phase, "detail": detail, "updated_at": time.time() if now is None else now}
+        if budget_usd is not None:
+            if range_problem(budget_usd, minimum=0, maximum=MAX_USD) is not None:
+                raise ValueError(f"job {job_id}: budget_usd must be a finite amount, got {budget_usd!r}")
+            values["budget_usd"] = budget_usd
+        with write_transaction(self._engine, lock="tuneharness.jobs") as conn:
+            conn.execute(_T.update().where(_T.c.job_id == job_id).values(**values))
 
     # -- gated jobs: one training run per seed, then the evaluation ----------------------------
     def runs(self, job_id: str) -> dict[int, JobRecord | None]:

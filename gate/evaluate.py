@@ -22,7 +22,6 @@ password).
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
@@ -37,6 +36,7 @@ from pathlib import Path
 from typing import Literal
 
 from app.errors import UserError
+from app.evalrows import leak_message, leaked_rows, training_hashes
 from gate.trial import (
     BASELINE_FILE,
     CONFIG_FILE,
@@ -164,51 +164,19 @@ def read_eval_sets(paths: Sequence[Path]) -> list[EvalRow]:
     return rows
 
 
-def _content_hash(text: str) -> str:
-    """What makes two inputs the same example: their words, whatever the spacing."""
-    return hashlib.sha256(" ".join(text.split()).encode("utf-8")).hexdigest()
-
-
-def _training_inputs(row: object) -> list[str]:
-    """The inputs a training row teaches: its text or prompt, or each non-assistant message."""
-    if not isinstance(row, dict):
-        return []
-    found = [row[k] for k in ("text", "prompt") if isinstance(row.get(k), str)]
-    messages = row.get("messages")
-    if isinstance(messages, list):
-        found += [
-            m["content"]
-            for m in messages
-            if isinstance(m, dict) and m.get("role") != "assistant" and isinstance(m.get("content"), str)
-        ]
-    return found
-
-
 def check_not_in_training(rows: Sequence[EvalRow], train_paths: Sequence[Path]) -> None:
     """Refuse eval rows whose input also appears in the training data (by content hash): a model
     scored on examples it was trained on proves nothing. The message names the rows."""
     if not train_paths:
         return
-    seen: dict[str, str] = {}
-    for path in train_paths:
-        try:
-            with open(path, encoding="utf-8") as fh:
-                for lineno, line in enumerate(fh, start=1):
-                    try:
-                        row = json.loads(line) if line.strip() else None
-                    except json.JSONDecodeError:
-                        continue  # the trainer refuses such a file itself; nothing to compare here
-                    for text in _training_inputs(row):
-                        seen.setdefault(_content_hash(text), f"{path}:{lineno}")
-        except (OSError, UnicodeDecodeError) as exc:
-            raise EvalError(f"{path}: cannot read the training data ({exc}). Fix: check the path") from None
-    leaked = [(r.id, seen[h]) for r in rows if (h := _content_hash(r.input_value)) in seen]
+    try:
+        seen = training_hashes(train_paths)
+    except (OSError, UnicodeDecodeError) as exc:
+        raise EvalError(f"cannot read the training data ({exc}). Fix: check the path") from None
+    leaked = leaked_rows(((r.id, r.input_value) for r in rows), seen)
     if leaked:
-        shown = ", ".join(f"{i} (= {where})" for i, where in leaked[:20])
-        more = f" and {len(leaked) - 20} more" if len(leaked) > 20 else ""
         raise EvalError(
-            f"{len(leaked)} eval row(s) also appear in the training data: {shown}{more}. "
-            "Fix: remove them from the eval set (or from the training data) and evaluate again"
+            f"{leak_message(leaked)}. Fix: remove them from the eval set (or from the training data) and evaluate again"
         )
 
 

@@ -33,9 +33,9 @@ gate:
 def jobdir(tmp_path: Path) -> Path:
     (tmp_path / "model").mkdir()
     (tmp_path / "train.jsonl").write_text('{"prompt": "a", "completion": "b"}\n')
-    (tmp_path / "gate.json").write_text(json.dumps({"metric": "accuracy"}))
+    (tmp_path / "gate.json").write_text(json.dumps({"metric": "accuracy", "min_canaries": 1}))
     (tmp_path / "eval.jsonl").write_text(
-        '{"id": "h1", "slice": "heldout", "prompt": "a", "expected": "b"}\n'
+        '{"id": "h1", "slice": "heldout", "prompt": "q", "expected": "b"}\n'
         '{"id": "c1", "slice": "canary", "prompt": "c", "expected": "d"}\n'
     )
     (tmp_path / "baseline.jsonl").write_text('{"id": "h1", "predicted": "b"}\n')
@@ -66,7 +66,7 @@ def test_inline_config_command_baseline_incumbent_and_seeds(jobdir: Path) -> Non
         HEAD
         + """\
 gate:
-  config: {metric: macro_f1, min_margin: 0.05, model: triage}
+  config: {metric: macro_f1, min_margin: 0.05, model: triage, min_canaries: 1}
   eval: [eval.jsonl]
   baseline: command:python rules.py --strict
   incumbent: adapter:prod
@@ -76,7 +76,7 @@ gate:
     )
     spec = parse_job_text(text, source="job.yaml", base_dir=jobdir)
     assert spec.gate is not None
-    assert spec.gate["config"] == {"metric": "macro_f1", "min_margin": 0.05, "model": "triage"}
+    assert spec.gate["config"] == {"metric": "macro_f1", "min_margin": 0.05, "model": "triage", "min_canaries": 1}
     assert spec.gate["baseline"] == "command:python rules.py --strict"
     assert spec.gate["incumbent"] == f"adapter:{(jobdir / 'prod').resolve()}"
     assert spec.seeds == (3, 1, 7) and spec.gate["timeout_s"] == 120.0
@@ -161,7 +161,7 @@ def test_a_bad_gate_section_names_the_field_and_line(
 def test_a_bad_eval_row_names_the_eval_file_line(jobdir: Path) -> None:
     """An eval row without `expected` is named by the eval file's line, at submit, not at evaluation."""
     (jobdir / "eval.jsonl").write_text(
-        '{"id": "h1", "slice": "heldout", "prompt": "a", "expected": "b"}\n'
+        '{"id": "h1", "slice": "heldout", "prompt": "q", "expected": "b"}\n'
         '{"id": "h2", "slice": "heldout", "prompt": "a"}\n'
     )
     err = bad(HEAD + GATE, jobdir)
