@@ -1,7 +1,10 @@
-"""Render docs/benchmarks.md from the results files in bench/results/.
+"""Render docs/benchmarks.md and docs/money-benchmarks.md from the results files in bench/results/.
 
-    python bench/report.py            # write docs/benchmarks.md
-    python bench/report.py --check    # exit 1 if docs/benchmarks.md differs from what it would render
+    python bench/report.py            # write both documents
+    python bench/report.py --check    # exit 1 if either differs from what it would render
+
+The money-safety families (MONEY_FAMILIES: fault tests at full counts, the nemesis, mutation
+testing) go to docs/money-benchmarks.md; everything else to docs/benchmarks.md.
 
 Each bench writes `bench/results/<name>.json` (`bench/_results.py`): its command line, the machine,
 the load average before and after, the UTC date, and its tables. This renders one section per
@@ -31,6 +34,7 @@ from bench import _results  # noqa: E402
 __all__ = ["DOC", "Run", "cell", "load_runs", "main", "render"]
 
 DOC = REPO / "docs" / "benchmarks.md"
+MONEY_DOC = REPO / "docs" / "money-benchmarks.md"
 MAX_LINES = 400
 
 # family: (section title, what the bench measures). Sections appear in this order; any other
@@ -69,7 +73,26 @@ SECTIONS: dict[str, tuple[str, str]] = {
         "`bench/gpu.py` on a CUDA machine: the real preflight, and a real NF4 QLoRA job through the "
         "trainer, uninterrupted and resumed.",
     ),
+    "faults": (
+        "Fault tests at full counts",
+        "`bench/faults.py`: every test marked `faults` (real Redis, Celery workers and beats, "
+        "databases, the vendor fakes on loopback) run with `TUNEHARNESS_FAULT_SCALE=full`, the "
+        "issue's counts; `make test` runs the same tests a few rounds each.",
+    ),
+    "nemesis": (
+        "Nemesis",
+        "`bench/nemesis.py`: a seeded, randomized run interleaving process, broker and vendor faults "
+        "while jobs run on the simulated marketplace, the money invariants checked after every step.",
+    ),
+    "mutation": (
+        "Mutation testing of the money policy",
+        "`make mutation` (`bench/mutation.py`): mutmut on the policy modules that decide money; "
+        "every surviving mutant is listed, killed by a test or explained.",
+    ),
 }
+
+# Families rendered into MONEY_DOC rather than DOC: the money-safety evidence has its own page.
+MONEY_FAMILIES = ("faults", "nemesis", "mutation")
 
 
 @dataclass(frozen=True)
@@ -276,11 +299,30 @@ written by `bench/report.py` from the results files in `bench/results/`: do not 
 - `python bench/report.py --check` exits 1 when this file differs from what the results render; a
   unit test runs the same comparison. Tests assert behaviour, never timings: these numbers describe
   one machine at one time, and the load average beside each says how busy it was.
+- The money-safety evidence (fault tests at full counts, the nemesis, mutation testing) is in
+  [money-benchmarks.md](money-benchmarks.md), written the same way.
+"""
+
+MONEY_INTRO = """\
+# Money-safety benchmarks
+
+The fault tests at the issue's full counts, the nemesis and mutation testing of the money policy,
+one table per measure with its command, machine, load and date. Written by `bench/report.py` from
+`bench/results/` like [benchmarks.md](benchmarks.md): do not edit it by hand.
 """
 
 
 def render(runs: list[Run]) -> str:
-    """docs/benchmarks.md for these runs."""
+    """docs/benchmarks.md for these runs (all but the money-safety families)."""
+    return _render(INTRO, [r for r in runs if r.family not in MONEY_FAMILIES])
+
+
+def render_money(runs: list[Run]) -> str:
+    """docs/money-benchmarks.md: the money-safety families only."""
+    return _render(MONEY_INTRO, [r for r in runs if r.family in MONEY_FAMILIES])
+
+
+def _render(intro: str, runs: list[Run]) -> str:
     links: dict[str, list[str]] = {}  # section title -> its measures, linked
     body: list[str] = []
     for run in runs:
@@ -293,7 +335,7 @@ def render(runs: list[Run]) -> str:
             links[title].append(f"[{heading}](#{anchor(heading)})")
             body += _table(run, table)
     contents = [f"- {title}: " + "; ".join(measures) for title, measures in links.items()]
-    return "\n".join([*INTRO.splitlines(), "", "Measures:", "", *contents, "", *body]).rstrip("\n") + "\n"
+    return "\n".join([*intro.splitlines(), "", "Measures:", "", *contents, "", *body]).rstrip("\n") + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -301,19 +343,24 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--check", action="store_true", help="exit 1 if the document differs from the results")
     ap.add_argument("--results", type=Path, default=_results.RESULTS_DIR, help="the results directory")
     ap.add_argument("--out", type=Path, default=DOC, help="the document to write or check")
+    ap.add_argument(
+        "--money-out", type=Path, default=None, help=f"the money-safety page (default: {MONEY_DOC.name} beside --out)"
+    )
     args = ap.parse_args(argv)
-    text = render(load_runs(args.results))
+    runs = load_runs(args.results)
+    money_out = args.money_out or args.out.with_name(MONEY_DOC.name)
+    docs = ((args.out, render(runs)), (money_out, render_money(runs)))
     if args.check:
-        current = args.out.read_text(encoding="utf-8") if args.out.is_file() else ""
-        if current != text:
-            print(f"{args.out} differs from what {args.results} renders: run `python bench/report.py`", file=sys.stderr)
-            return 1
-        return 0
-    lines = text.count("\n")
-    if lines > MAX_LINES:
-        print(f"warning: {args.out} is {lines} lines (at most {MAX_LINES} wanted)", file=sys.stderr)
-    args.out.write_text(text, encoding="utf-8")
-    print(f"wrote {args.out} ({lines} lines)")
+        stale = [out for out, text in docs if (out.read_text(encoding="utf-8") if out.is_file() else "") != text]
+        for out in stale:
+            print(f"{out} differs from what {args.results} renders: run `python bench/report.py`", file=sys.stderr)
+        return 1 if stale else 0
+    for out, text in docs:
+        lines = text.count("\n")
+        if lines > MAX_LINES:
+            print(f"warning: {out} is {lines} lines (at most {MAX_LINES} wanted)", file=sys.stderr)
+        out.write_text(text, encoding="utf-8")
+        print(f"wrote {out} ({lines} lines)")
     return 0
 
 
