@@ -63,6 +63,7 @@ ALERT_KINDS: frozenset[str] = frozenset(
         "sweep_failed",
         "price_increase",
         "task_poisoned",
+        "job_cancelled",
     }
 )
 AlertFormat = Literal["slack", "discord", "telegram", "json"]

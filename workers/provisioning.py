@@ -42,7 +42,15 @@ def _countdown_s(wake_at: float) -> float:
     return min(float(MAX_COUNTDOWN_S), clock.wall_seconds(max(0.0, wake_at - clock.now())))
 
 
+def _cancelled(job_id: str) -> bool:
+    rec = bootstrap.jobs().get(job_id)
+    return rec is not None and rec.phase == "cancelled"
+
+
 def schedule(step: Step) -> dict[str, Any]:
+    if not step.standby and _cancelled(step.job_id):
+        # cancelled while this step ran (`tuneharness cancel`): its chain ends here, quietly
+        return {"job": step.job_id, "phase": "cancelled"}
     # Standby jobs this step started (a hedge, a pool top-up) go through the same tasks at once;
     # other jobs it moved (a recovery that adopted a standby host) are scheduled like any step.
     for standby_id in step.spawned:
@@ -78,6 +86,8 @@ def provision(self: Any, job_id: str) -> dict[str, Any]:
     rec = bootstrap.jobs().get(job_id)
     if rec is None:
         return {"job": job_id, "phase": "unknown"}
+    if rec.phase == "cancelled":  # cancelled before its first step: nothing is rented for it
+        return {"job": job_id, "phase": "cancelled"}
     spec = spec_from_dict(rec.spec)
     bootstrap.jobs().set_phase(job_id, "provisioning", detail="ranking offers")
     try:

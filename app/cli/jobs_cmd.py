@@ -14,10 +14,17 @@ if TYPE_CHECKING:
     from app.services.submit_plan import SubmitPlan
 
 
+jobs_app = typer.Typer(
+    help="List submitted jobs and their phase; `jobs show JOB` for one job's timeline.",
+    invoke_without_command=True,
+    no_args_is_help=False,
+)
+
+
 def register(cli: typer.Typer) -> None:
-    """Add `submit`, `jobs` and `extend` as top-level commands."""
+    """Add `submit`, `jobs` (with `jobs show`) and `extend` as top-level commands."""
     cli.command("submit")(submit)
-    cli.command("jobs")(jobs)
+    cli.add_typer(jobs_app, name="jobs")
     cli.command("extend")(extend)
 
 
@@ -127,8 +134,13 @@ def extend(
             typer.echo(f"{r.instance_id or r.id}: kill-time {_when(r.kill_at)} -> {_when(after.kill_at)}")
 
 
-def jobs(as_json: Annotated[bool, typer.Option("--json", help="print a JSON list")] = False) -> None:
+@jobs_app.callback()
+def jobs(
+    ctx: typer.Context, as_json: Annotated[bool, typer.Option("--json", help="print a JSON list")] = False
+) -> None:
     """List submitted jobs and their phase."""
+    if ctx.invoked_subcommand is not None:
+        return
     from app.api import list_jobs
 
     rows = [r.to_dict() for r in list_jobs()]
@@ -151,3 +163,44 @@ def jobs(as_json: Annotated[bool, typer.Option("--json", help="print a JSON list
         budget = "-" if r["budget_usd"] is None else f"{r['budget_usd']:.2f}"
         table.add_row(str(r["job_id"]), str(r["name"]), str(r["phase"]), budget, submitted, str(r["detail"]))
     Console().print(table)
+
+
+@jobs_app.command("show", epilog="Exit codes: 0 shown; 2 unknown job.")
+def show(
+    job: Annotated[str, typer.Argument(help="the job id (tuneharness jobs)")],
+    as_json: Annotated[bool, typer.Option("--json", help="print the timeline as JSON")] = False,
+) -> None:
+    """One job's timeline: phases, hosts, failures with evidence, recoveries, slices, money by cause."""
+    from app import bootstrap
+    from app.rentals import Rentals
+    from app.services.timeline import job_timeline
+
+    t = job_timeline(
+        job, jobs=bootstrap.jobs(), ledger=bootstrap.ledger(), rentals=Rentals(bootstrap.engine()), now=time.time()
+    )
+    if as_json:
+        typer.echo(json.dumps(t, indent=2))
+        return
+    j = t["job"]
+    budget = "no cap" if j["budget_usd"] is None else f"budget ${j['budget_usd']:.2f}"
+    typer.echo(f"{j['job_id']} ({j['name']}): {j['phase']}, {budget}; {j['detail']}")
+    for r in t["runs"]:
+        typer.echo(f"  run {r['job_id']}: {r['phase']}; {r['detail']}")
+    typer.echo("phases:")
+    for p in t["phases"]:
+        typer.echo(f"  {p['at'][:19]}  {p['kind']:<24} {p['run']}  {p['reason'][:80]}")
+    typer.echo(f"hosts ({t['slices']} slice(s)):")
+    for h in t["hosts"]:
+        rate = "?" if h["usd_per_hour"] is None else f"${h['usd_per_hour']:.3f}/h"
+        typer.echo(
+            f"  {h['instance']}  {h['machine']}  {h['provider']}  {h['state']:<9} {rate}  {h['slices']} slice(s)"
+        )
+    typer.echo("failures:" if t["failures"] else "failures: none")
+    for f in t["failures"]:
+        seen = f" ({f['cause']})" if f["cause"] else ""
+        typer.echo(f"  {f['at'][:19]}  {f['kind']:<14} {f['machine']}{seen}  {f['reason'][:60]}  {f['evidence'][:60]}")
+    typer.echo("recoveries:" if t["recoveries"] else "recoveries: none")
+    for r in t["recoveries"]:
+        typer.echo(f"  {r['at'][:19]}  {r['cause']} on {r['lost_machine']} -> {r['machine']}: {r['recovery_s']}s")
+    money = ", ".join(f"{k} ${v:.4f}" for k, v in t["money_by_cause_usd"].items()) or "nothing billed"
+    typer.echo(f"money: ${t['total_usd']:.4f} ({money})")

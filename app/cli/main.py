@@ -18,6 +18,7 @@ from app.cli import (
     hosts_cmd,
     jobs_cmd,
     ledger_cmd,
+    lifecycle_cmd,
     market_cmd,
     receipt_cmd,
     sim_cmd,
@@ -47,6 +48,7 @@ cli.add_typer(hosts_cmd.app, name="hosts")
 stack_cmd.register(cli)
 doctor_cmd.register(cli)
 jobs_cmd.register(cli)
+lifecycle_cmd.register(cli)
 receipt_cmd.register(cli)
 status_cmd.register(cli)
 

@@ -418,6 +418,20 @@ class SupervisorService:
                 conn.execute(_T.update().where(_T.c.job_id == job_id).values(**values))
         return seq
 
+    def end_chain(self, job_id: str) -> None:
+        """The operator cancelled the job (app.services.lifecycle): a monitor task still queued finds
+        its sequence number stale and ends; what the watch kept of the ended run's host (a loss
+        waiting for its recovery, a pause) is dropped, its steps and pulled checkpoints kept."""
+        with write_transaction(self.engine, lock=f"tuneharness.supervision.{job_id}") as conn:
+            row = conn.execute(select(_T).where(_T.c.job_id == job_id)).first()
+            if row is None:
+                return
+            w = Watch.from_json(row.state_json)
+            w.launched, w.ssh_failures, w.paused, w.restarted_at, w.resumed_launch_at = False, 0, None, None, None
+            w.lost_at = w.lost_cause = w.lost_machine = w.lost_step = None
+            values = {"state_json": w.to_json(), "seq": int(row.seq) + 1, "updated_at": self.clock.now()}
+            conn.execute(_T.update().where(_T.c.job_id == job_id).values(**values))
+
     def orphaned(self, *, grace_s: float | None = None) -> list[tuple[str, str]]:
         """Jobs training without a live monitor chain: no supervision row, or none touched for
         three poll periods plus `grace_s` (a chain lost with a crashed worker). (job, instance) pairs."""
@@ -1099,6 +1113,9 @@ class SupervisorService:
             got = pull_adapter(
                 shell, f"{remote_job_root(job_id)}/job", self.store, job=job_id, staging=self.staging / job_id
             )
+            from app.services.joblogs import keep_train_log  # what `tuneharness logs` reads once the host stops
+
+            keep_train_log(shell, self.store, job_id=job_id, instance_id=inst.instance_id, staging=self.staging)
         finally:
             shell.close()
         if not got:
