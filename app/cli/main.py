@@ -20,6 +20,7 @@ from app.cli import (
     ledger_cmd,
     lifecycle_cmd,
     market_cmd,
+    metrics_cmd,
     receipt_cmd,
     sim_cmd,
     stack_cmd,
@@ -50,6 +51,7 @@ doctor_cmd.register(cli)
 jobs_cmd.register(cli)
 lifecycle_cmd.register(cli)
 receipt_cmd.register(cli)
+metrics_cmd.register(cli)
 status_cmd.register(cli)
 
 
