@@ -86,6 +86,7 @@ def load_job(d: dict[str, Any]) -> JobState:
         shape=JobShape(**d["shape"]),
         phase=d["phase"],
         creates=d.get("creates", default.creates),
+        creates_before_reopen=d.get("creates_before_reopen", default.creates_before_reopen),
         failures_in_row=d.get("failures_in_row", default.failures_in_row),
         attempt=_attempt(d.get("attempt")),
         excluded=frozenset(d.get("excluded", ())),

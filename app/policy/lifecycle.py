@@ -9,7 +9,8 @@ Pure: decisions from the state, no I/O. The driver (`app.services.lifecycle`) ap
 - `reopen_job`: a cancelled or failed job provisions again from `queued`. What it learnt stays
   (machines excluded after failing it, checkpointed work, creates used: attempt numbers keep
   counting); what belonged to the ended run goes (its attempt, its failure, a recovery in flight,
-  the offer-wait clock), so the resumed job is not taken for a recovery and hedged.
+  the offer-wait clock), so the resumed job is not taken for a recovery and hedged. The create cap
+  counts from the reopening: a job that failed at its cap may rent again when the operator says so.
 """
 
 from __future__ import annotations
@@ -53,4 +54,5 @@ def reopen_job(job: JobState) -> JobState:
         lost_cause=None,
         lost_machine=None,
         progress_hedges=0,
+        creates_before_reopen=job.creates,
     )

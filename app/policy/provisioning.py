@@ -259,6 +259,7 @@ class JobState:
     standby: bool = False  # provisions a verified host to hold for others, trains nothing
     progress_hedges: int = 0  # standby jobs started for this recovery because its chains were slow
     rentals_max: int | None = None  # a standby job that may rent only this many hosts (None: the config's cap)
+    creates_before_reopen: int = 0  # creates spent before the operator resumed it: the cap counts after them
 
 
 def new_job(
@@ -614,7 +615,7 @@ def _on_tick(job: JobState, obs: Tick, now: float, cfg: ProvisioningConfig) -> t
         return replace(job, phase="done", failure=f"its {job.creates} rental(s) used"), []
     if now < job.not_before:
         return job, [WakeAt(job.job_id, job.not_before)]
-    if not may_create(creates_so_far=job.creates, max_creates=cfg.max_creates_per_job):
+    if not may_create(creates_so_far=job.creates - job.creates_before_reopen, max_creates=cfg.max_creates_per_job):
         failed = replace(job, phase="failed", failure=f"create cap reached ({job.creates} creates)")
         return failed, [GaveUp(job.job_id, failed.failure or "")]
     if pick is None:
