@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed-stamp
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 
-.PHONY: demo test test-fast lint typecheck imports check install system-deps bench clean trainer-image
+.PHONY: demo test test-fast lint typecheck imports check install system-deps bench clean trainer-image mutation
 
 $(STAMP): pyproject.toml
 	@command -v $(PY) >/dev/null || { echo "error: $(PY) not found: install Python 3.11+"; exit 1; }
@@ -58,6 +58,14 @@ trainer-image:
 
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -q tests/unit
+
+# Mutation testing of the policy that decides money (the modules in pyproject.toml's [tool.mutmut]):
+# a fresh mutmut run against tests/unit/policy, then the kill rate per module and every surviving
+# mutant in bench/results/mutation.json. Fails below a 90% kill rate or on a survivor that no test
+# kills and bench/mutation.py does not explain as equivalent. A few minutes on two workers.
+MUTATION_WORKERS ?= 2
+mutation: $(STAMP)
+	$(BIN)/python bench/mutation.py --max-children $(MUTATION_WORKERS)
 
 # The CPU benchmarks one after another, each writing bench/results/<name>.json, then
 # docs/benchmarks.md from every results file. bench/gpu.py needs a CUDA machine: run it there,
