@@ -74,6 +74,7 @@ from app.policy.supervision import (
     Paused,
     ResumeFacts,
     StoppedByUs,
+    StopReason,
     SupervisorConfig,
     assess,
     judge_our_stop,
@@ -990,7 +991,9 @@ class SupervisorService:
             return f"the budget refused the restart's reservation: {exc}"
         failed: str | None = None
         try:
-            if not rentals.restart(
+            if self._cancelled(job_id):  # `tuneharness cancel` landed while this poll ran
+                failed = "the job was cancelled"
+            elif not rentals.restart(
                 rental.id,
                 market=market,
                 reservations=made,
@@ -1004,7 +1007,24 @@ class SupervisorService:
         if failed is not None:
             for r in made:
                 rentals.budget.release(r.id, reason=f"restart did not happen: {failed}")
-        return failed
+            return failed
+        if self._cancelled(job_id):
+            # The cancel's stops ran between the check above and the start: the host it found
+            # stopped now bills again, so it is stopped here, as the operator asked.
+            rentals.stop(
+                rental.id,
+                market=market,
+                reason="the job was cancelled while its host restarted",
+                kind="instance_stopped",
+                now=self.clock.now(),
+                evidence={"stopped_by": StopReason.OPERATOR.value},
+            )
+            return "the job was cancelled"
+        return None
+
+    def _cancelled(self, job_id: str) -> bool:
+        rec = self.jobs.get(job_id)
+        return rec is not None and rec.phase == "cancelled"
 
     def _lost(self, job_id: str, w: Watch, inst: Instance, why: str) -> MonitorStep:
         """The host is lost: rental marked lost (if gone), ledger + alert, then the state machine re-queues."""
