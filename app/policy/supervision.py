@@ -33,6 +33,7 @@ from app.policy.provisioning import Action, GaveUp, JobState, Record, Stop
 
 __all__ = [
     "CapMove",
+    "FactsVerdict",
     "HostProbe",
     "Paused",
     "Remedy",
@@ -48,6 +49,7 @@ __all__ = [
     "at_cap",
     "judge_our_stop",
     "percentile",
+    "read_with_facts",
     "recovery_summary",
     "route_triage",
     "settling",
@@ -194,6 +196,37 @@ def route_triage(
     if state in ("oom", "stalled", "progressing", "completed") or "same host" in text:
         return "same_host" if same_host_restarts < cfg.max_same_host_restarts else "replace"
     return "replace"  # cuda_fault, a full disk, anything unknown: another machine
+
+
+@dataclass(frozen=True, slots=True)
+class FactsVerdict:
+    """Triage's reading of a dead trainer's log, corrected by what the supervisor knows."""
+
+    state: str
+    remedy: str | None
+    fact: str | None  # the fact that overrode the log's reading; None: the log's reading stands
+
+
+SIGKILL_EXITS = (137, -9)  # a process killed by SIGKILL, as a shell (128 + 9) or Python (-9) reports it
+
+
+def read_with_facts(
+    state: str, remedy: str | None, *, exit_code: int | None, step: int, max_steps: int | None
+) -> FactsVerdict:
+    """Triage reads the log tail; the supervisor also knows the exit code and how far status.json
+    got. A run whose step reached `max_steps` is `completed`, whatever its tail looks like: the
+    same host relaunched ends at once with the adapter written. A trainer killed by SIGKILL whose
+    log reads healthy (the kernel's OOM killer leaves no line) is `oom`. Exit codes that mean the
+    job or the host refused keep their own routes (`route_triage`)."""
+    if exit_code in (TrainerExit.BAD_JOB, TrainerExit.REFUSED, TrainerExit.DISK_FULL):
+        return FactsVerdict(state, remedy, None)
+    if max_steps is not None and max_steps > 0 and step >= max_steps:
+        fact = f"status.json reached step {step} of {max_steps}: the run ended at its last step"
+        return FactsVerdict("completed", Remedy.COLLECT.value, fact)
+    if exit_code in SIGKILL_EXITS and state in ("progressing", "unknown"):
+        fact = f"killed by SIGKILL (exit {exit_code}) with a healthy log: the kernel's OOM killer leaves no line"
+        return FactsVerdict("oom", Remedy.SAME_HOST.value, fact)
+    return FactsVerdict(state, remedy, None)
 
 
 def stop_job(job: JobState, *, reason: str, evidence: str) -> tuple[JobState, list[Action]]:

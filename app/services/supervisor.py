@@ -78,6 +78,7 @@ from app.policy.supervision import (
     SupervisorConfig,
     assess,
     judge_our_stop,
+    read_with_facts,
     route_triage,
     settling,
     stop_reason_of,
@@ -1176,6 +1177,18 @@ class SupervisorService:
         self, job_id: str, w: Watch, market: Market, inst: Instance, parsed: Mapping[str, Any], why: str
     ) -> MonitorStep:
         answer = self.triage(job_id, str(parsed["log"]))
+        facts = read_with_facts(
+            answer.state, answer.remedy, exit_code=parsed["exit_code"], step=w.step, max_steps=w.max_steps
+        )
+        if facts.fact is not None:
+            action = (
+                "relaunch on the same host: the run ends at once with its adapter"
+                if facts.state == "completed"
+                else "resume on the same host"
+            )
+            answer = TriageAnswer(
+                facts.state, action, needs_operator=False, evidence=(facts.fact, *answer.evidence), remedy=facts.remedy
+            )
         route = route_triage(
             answer.state,
             answer.action,

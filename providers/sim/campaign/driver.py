@@ -92,7 +92,7 @@ from app.policy.reputation import (
 )
 from app.policy.retry import HeldHost
 from app.policy.speeds import SpeedSample, speed_model
-from app.policy.supervision import HostProbe, SupervisorConfig, assess, route_triage, stop_job
+from app.policy.supervision import HostProbe, SupervisorConfig, assess, read_with_facts, route_triage, stop_job
 from app.triage.rules import classify
 from beat_schedule import period_s
 from providers.sim.campaign.referee import TrainerSpan, receipt
@@ -655,15 +655,24 @@ class Campaign:
                 heartbeat_at=seen.heartbeat_at,
             )
         answer = classify(seen.log_tail)
-        route = route_triage(
+        # what the supervisor knows beside the tail, as the real-time supervisor reads it: work
+        # seconds stand for steps, the workload's training seconds for max_steps
+        facts = read_with_facts(
             answer.guess if not answer.sure else answer.state,
+            str(answer.remedy),
+            exit_code=seen.exit_code,
+            step=int(seen.work_s),
+            max_steps=int(job.shape.train_s),
+        )
+        route = route_triage(
+            facts.state,
             answer.action,
             exit_code=seen.exit_code,
             same_host_restarts=self.restarts.get(iid, 0),
             cfg=self.sup_cfg,
-            remedy=str(answer.remedy),
+            remedy=facts.remedy,
         )
-        self._log("trainer_died", job=job.job_id, instance=iid, triage=answer.state, route=route)
+        self._log("trainer_died", job=job.job_id, instance=iid, triage=facts.state, route=route)
         if route == "same_host":
             self.restarts[iid] = self.restarts.get(iid, 0) + 1
             self._start_trainer(job.job_id, iid, resume_from_work_s=seen.checkpoint_work_s)
@@ -676,9 +685,9 @@ class Campaign:
                 work_s=seen.work_s,
                 checkpoint_work_s=seen.checkpoint_work_s,
                 heartbeat_at=seen.heartbeat_at,
-                error=f"{answer.state}: {seen.log_tail}",
+                error=f"{facts.state}: {seen.log_tail}",
             )
-        stopped, actions = stop_job(job, reason=f"training failed ({answer.state})", evidence=seen.log_tail)
+        stopped, actions = stop_job(job, reason=f"training failed ({facts.state})", evidence=seen.log_tail)
         self.jobs[job.job_id] = stopped
         for act in actions:
             apply(self, stopped, act)
