@@ -166,9 +166,16 @@ def _fmt_s(v: float | None) -> str:
 
 def _render(data: dict[str, Any]) -> None:
     from rich.console import Console
+
+    Console().print(_renderable(data))
+
+
+def _renderable(data: dict[str, Any]) -> Any:
+    """The status screen as one rich renderable (printed once, or redrawn in place by --watch)."""
+    from rich.console import Group
     from rich.table import Table
 
-    console = Console()
+    parts: list[Any] = []
     jobs = Table(title="jobs")
     for col in ("job", "phase", "step", "loss", "ETA", "host", "spent $", "$/h", "heartbeat"):
         jobs.add_column(col)
@@ -186,14 +193,14 @@ def _render(data: dict[str, Any]) -> None:
             f"{j['usd_per_hour']:.3f}",
             _fmt_s(j["heartbeat_age_s"]),
         )
-    console.print(jobs)
+    parts.append(jobs)
     for j in data["jobs"]:
         t = j.get("transfer")
         if t is not None and t["state"] != "done":
             rate = f" at {t['rate_bytes_per_s'] / 1e6:.1f} MB/s" if t["rate_bytes_per_s"] else ""
             what = f" ({t['current']})" if t["current"] else ""
             why = f": {t['error']}" if t["error"] else ""
-            console.print(
+            parts.append(
                 f"{j['job_id']}: transfer {t['state']} {t['bytes_done'] / 1e6:.1f}/{t['bytes_total'] / 1e6:.1f} MB"
                 f"{rate}{what}{why}"
             )
@@ -212,12 +219,13 @@ def _render(data: dict[str, Any]) -> None:
             str(h["failures"]),
             "yes" if h["quarantined"] else "no",
         )
-    console.print(hosts)
+    parts.append(hosts)
     i = data["interruptions"]
-    console.print(
+    parts.append(
         f"interruptions (30 days): {i['count']}, resumed {i['resumed']}, recovery median "
         f"{_fmt_s(i['recovery_median_s'])}, p90 {_fmt_s(i['recovery_p90_s'])}"
     )
+    return Group(*parts)
 
 
 def status(
@@ -225,7 +233,11 @@ def status(
     watch: Annotated[bool, typer.Option("--watch", help="refresh until Ctrl-C")] = False,
     interval_s: Annotated[float, typer.Option("--interval", help="seconds between refreshes with --watch")] = 5.0,
 ) -> None:
-    """Jobs (step, loss, ETA, host, spend, heartbeat), hosts with reputation, and recoveries."""
+    """Jobs (step, loss, ETA, host, spend, heartbeat), hosts with reputation, and recoveries.
+
+    --watch redraws the screen in place until Ctrl-C; with --json it prints one object per line
+    per refresh. Exit codes: 0 ok (Ctrl-C included); 2 a bad option.
+    """
     import math
 
     if not (math.isfinite(interval_s) and interval_s > 0):
@@ -234,14 +246,32 @@ def status(
         raise UserError(f"--interval {interval_s:g} is not a positive number of seconds. Fix: e.g. --interval 5")
     import time
 
-    while True:
+    if not watch:
         data = collect()
         if as_json:
             typer.echo(json.dumps(data, indent=2))
         else:
-            if watch:
-                typer.echo("\x1b[2J\x1b[H", nl=False)
             _render(data)
-        if not watch:
+        return
+    if as_json:  # one JSON object per refresh, one per line: a stream another program reads
+        try:
+            while True:
+                typer.echo(json.dumps(collect()))
+                time.sleep(max(0.5, interval_s))
+        except KeyboardInterrupt:
             return
-        time.sleep(max(0.5, interval_s))
+    from rich.console import Console
+    from rich.live import Live
+
+    console = Console()
+    try:
+        if not console.is_terminal:  # a pipe or a file: each refresh printed after the last
+            while True:
+                console.print(_renderable(collect()))
+                time.sleep(max(0.5, interval_s))
+        with Live(_renderable(collect()), console=console, auto_refresh=False, screen=False) as live:
+            while True:
+                time.sleep(max(0.5, interval_s))
+                live.update(_renderable(collect()), refresh=True)
+    except KeyboardInterrupt:
+        return
