@@ -104,6 +104,9 @@ def collect(*, now: float | None = None) -> dict[str, Any]:
                 "recoveries": w.recoveries,
                 "paused_by": w.paused if rec.phase == "paused" else None,  # StopReason: who stopped its host
                 "transfer": transfer,  # the job's files moving onto its current host (app.services.transfer)
+                # [batch_size, grad_accum] in force after out-of-memory deaths (None: the job's own)
+                "micro_batch": w.micro_batch,
+                "oom_halvings": w.oom_halvings,
                 "detail": rec.detail,
             }
         )
@@ -195,6 +198,11 @@ def _renderable(data: dict[str, Any]) -> Any:
         )
     parts.append(jobs)
     for j in data["jobs"]:
+        if j.get("micro_batch"):
+            b, a = j["micro_batch"]
+            parts.append(
+                f"{j['job_id']}: micro-batch {b} x {a} accumulation after {j['oom_halvings']} out-of-memory halving(s)"
+            )
         t = j.get("transfer")
         if t is not None and t["state"] != "done":
             rate = f" at {t['rate_bytes_per_s'] / 1e6:.1f} MB/s" if t["rate_bytes_per_s"] else ""

@@ -32,6 +32,7 @@ from typing import Literal
 from app.policy.provisioning import Action, GaveUp, JobState, Record, Stop
 
 __all__ = [
+    "MAX_OOM_HALVINGS",
     "CapMove",
     "FactsVerdict",
     "HostProbe",
@@ -47,6 +48,7 @@ __all__ = [
     "Verdict",
     "assess",
     "at_cap",
+    "halve_micro_batch",
     "judge_our_stop",
     "percentile",
     "read_with_facts",
@@ -227,6 +229,27 @@ def read_with_facts(
         fact = f"killed by SIGKILL (exit {exit_code}) with a healthy log: the kernel's OOM killer leaves no line"
         return FactsVerdict("oom", Remedy.SAME_HOST.value, fact)
     return FactsVerdict(state, remedy, None)
+
+
+MAX_OOM_HALVINGS = 2  # an oom halves the micro-batch at most this often; then the job stops
+
+
+def halve_micro_batch(batch_size: int, grad_accum: int, *, halvings: int) -> tuple[int, int] | str:
+    """After an out-of-memory death: half the micro-batch and twice the gradient accumulation, so
+    the effective batch (and with it the data order, a function of samples per step) is the same;
+    or, when that cannot be done, why the job stops instead. `halvings`: how often it was done."""
+    if halvings >= MAX_OOM_HALVINGS:
+        return (
+            f"out of memory again after halving the micro-batch {halvings} times "
+            f"(now {batch_size} x {grad_accum} accumulation). Fix: a card with more memory (needs.min_vram_gb), "
+            "a shorter max_seq_len or a smaller model"
+        )
+    if batch_size < 2 or batch_size % 2:
+        return (
+            f"out of memory with a micro-batch of {batch_size}, which cannot be halved evenly. "
+            "Fix: an even batch_size, a card with more memory (needs.min_vram_gb) or a shorter max_seq_len"
+        )
+    return batch_size // 2, grad_accum * 2
 
 
 def stop_job(job: JobState, *, reason: str, evidence: str) -> tuple[JobState, list[Action]]:

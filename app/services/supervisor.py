@@ -77,6 +77,7 @@ from app.policy.supervision import (
     StopReason,
     SupervisorConfig,
     assess,
+    halve_micro_batch,
     judge_our_stop,
     read_with_facts,
     route_triage,
@@ -200,6 +201,9 @@ class Watch:
     paused_step: int = 0  # the step reached before the stop
     restarted_at: float | None = None  # we started the stopped host again to resume (clock time)
     resumed_launch_at: float | None = None  # the relaunch after that restart; progress settles from here
+    # out of memory: the micro-batch halved and the accumulation doubled (app.policy.supervision)
+    micro_batch: list[int] | None = None  # [batch_size, grad_accum] in force; None: the job's own
+    oom_halvings: int = 0
 
     @classmethod
     def from_json(cls, text: str) -> Watch:
@@ -691,7 +695,7 @@ class SupervisorService:
         stage = self.staging / job_id / "bundle"
         stage.mkdir(parents=True, exist_ok=True)
         job_json = stage / "job.json"
-        job_json.write_text(json.dumps(dict(bundle.job_json), indent=1, sort_keys=True), encoding="utf-8")
+        job_json.write_text(json.dumps(_job_json(bundle, w), indent=1, sort_keys=True), encoding="utf-8")
         for local, rel in bundle.files:
             shell.put(local, f"{root}/job/{rel}")
         shell.put(job_json, f"{root}/job/job.json")
@@ -753,7 +757,8 @@ class SupervisorService:
             files.append(PushFile(local_ckpt / "COMPLETE", f"job/checkpoints/{name}/COMPLETE"))
             step = int(name.split("-")[1])
         job_json = stage / "job.json"
-        text = json.dumps(dict(bundle.job_json), indent=1, sort_keys=True)
+        watched = self.watch(job_id)
+        text = json.dumps(_job_json(bundle, None if watched is None else watched[0]), indent=1, sort_keys=True)
         if not job_json.is_file() or job_json.read_text(encoding="utf-8") != text:
             job_json.write_text(text, encoding="utf-8")
         files.append(PushFile(job_json, "job/job.json"))
@@ -834,6 +839,45 @@ class SupervisorService:
             self.jobs.set_phase(job_id, "training", detail=f"on {w.instance_id} from step {w.resume_step}")
         self._start_slice(job_id, w, shell)
         w.launched = True
+
+    def _micro_batch(self, job_id: str, w: Watch) -> tuple[int, int] | None:
+        """(batch_size, grad_accum) the trainer runs with now; None for a job.json without a
+        batch_size (not one a job file makes: it requires one)."""
+        job = _job_json(self.bundle_for(job_id), w)
+        if "batch_size" not in job:
+            return None
+        return int(job["batch_size"]), int(job.get("grad_accum", 1))
+
+    def _apply_micro_batch(
+        self, job_id: str, w: Watch, inst: Instance, before: tuple[int, int], after: tuple[int, int], *, same_host: bool
+    ) -> None:
+        """An out-of-memory death: the next slice runs half the micro-batch with twice the
+        accumulation (same effective batch, same data order), written into job.json on this host
+        (or carried by the bundle to the next one), and recorded."""
+        w.micro_batch, w.oom_halvings = list(after), w.oom_halvings + 1
+        self.ledger.append(
+            Event(
+                kind="micro_batch_halved",
+                job=job_id,
+                instance=w.instance_id,
+                provider=w.provider,
+                machine=w.machine_id,
+                reason=f"out of memory: micro-batch {before[0]} -> {after[0]}, accumulation {before[1]} -> {after[1]}",
+                payload={"before": list(before), "after": list(after), "halvings": w.oom_halvings, "step": w.step},
+                idempotency_key=f"{job_id}:oom_halved:{w.oom_halvings}",
+            )
+        )
+        if not same_host:
+            return
+        stage = self.staging / job_id / "bundle"
+        stage.mkdir(parents=True, exist_ok=True)
+        local = stage / "job.json"
+        local.write_text(json.dumps(_job_json(self.bundle_for(job_id), w), indent=1, sort_keys=True), "utf-8")
+        shell = self._shell(inst, job_id)
+        try:
+            shell.put(local, f"{remote_job_root(job_id)}/job/job.json")
+        finally:
+            shell.close()
 
     def _relaunch(self, job_id: str, w: Watch, market: Market, inst: Instance, *, why: str) -> None:
         shell = self._shell(inst, job_id)
@@ -1197,6 +1241,15 @@ class SupervisorService:
             cfg=self.cfg,
             remedy=answer.remedy,
         )
+        halved: tuple[tuple[int, int], tuple[int, int]] | None = None
+        before = self._micro_batch(job_id, w)
+        if answer.state == "oom" and route != "stop" and before is not None:
+            nxt = halve_micro_batch(*before, halvings=w.oom_halvings)
+            if isinstance(nxt, str):
+                answer = TriageAnswer("oom", nxt, needs_operator=True, evidence=answer.evidence, remedy=answer.remedy)
+                route = "stop"
+            else:
+                halved = (before, nxt)
         self.ledger.append(
             Event(
                 kind="trainer_died",
@@ -1218,6 +1271,8 @@ class SupervisorService:
                 idempotency_key=f"{job_id}:died:{w.instance_id}:{w.slices}",
             )
         )
+        if halved is not None:
+            self._apply_micro_batch(job_id, w, inst, *halved, same_host=route == "same_host")
         if route == "same_host":
             w.same_host_restarts += 1
             self._relaunch(job_id, w, market, inst, why=f"triage {answer.state}: {answer.action}")
@@ -1232,6 +1287,14 @@ class SupervisorService:
         self.jobs.set_phase(job_id, "failed", detail=f"trainer died: {answer.state}; {answer.action}")
         self.jobs.run_failed(job_id, detail=f"trainer died: {answer.state}")
         return MonitorStep(job_id, "none", detail="job stopped; operator told")
+
+
+def _job_json(bundle: Bundle, w: Watch | None) -> dict[str, Any]:
+    """The job.json a host gets: the bundle's, with the micro-batch an out-of-memory death left."""
+    out = dict(bundle.job_json)
+    if w is not None and w.micro_batch is not None:
+        out["batch_size"], out["grad_accum"] = int(w.micro_batch[0]), int(w.micro_batch[1])
+    return out
 
 
 def recoveries(ledger: Ledger, *, job: str | None = None, since: datetime | None = None) -> list[dict[str, Any]]:
