@@ -52,16 +52,35 @@ def verify(
         str | None,
         typer.Option(help="SEQ:HASH as an earlier verify printed it: that row must still carry that hash."),
     ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="print one JSON object (the exit code is the same)")] = False,
 ) -> None:
     """Recompute the hash chain; exit 1 naming the first bad seq if a row was altered.
 
     Prints the newest row's anchor (SEQ:HASH): keep it somewhere the database's owner cannot edit
     (a ticket, a chat message, another machine) and pass it back with --anchor later.
+
+    Exit codes: 0 the chain is intact (and the anchor matches); 1 a row was altered or removed;
+    2 a malformed --anchor.
     """
+    import json
+
     from app import bootstrap
     from app.ledger import parse_anchor
 
     report = bootstrap.ledger().verify(anchor=None if anchor is None else parse_anchor(anchor))
+    if as_json:
+        doc = {
+            "ok": report.ok,
+            "rows": report.rows,
+            "anchor": report.anchor,
+            "anchor_checked": anchor is not None,
+            "first_bad_seq": report.first_bad_seq,
+            "problem": report.problem,
+        }
+        typer.echo(json.dumps(doc))
+        if not report.ok:
+            raise typer.Exit(1)
+        return
     if report.ok:
         typer.echo(f"ledger ok: {report.rows} events, chain intact" + (", anchor matches" if anchor else ""))
         if report.anchor:

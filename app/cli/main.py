@@ -22,26 +22,56 @@ from app.cli import (
     market_cmd,
     metrics_cmd,
     receipt_cmd,
+    report_cmd,
     sim_cmd,
     stack_cmd,
     status_cmd,
     triage_cmd,
+    web_cmd,
 )
+from app.cli.helpstyle import install as _plain_help_types
 from app.errors import UserError
+
+_plain_help_types()
 
 cli = typer.Typer(
     name="tuneharness",
     help="Dependable fine-tuning on cheap, hostile GPU marketplaces.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
-    add_completion=False,
-    rich_markup_mode="rich",
+    add_completion=True,  # --install-completion / --show-completion for bash, zsh, fish, PowerShell
+    rich_markup_mode="markdown",  # one paragraph of a docstring reads as one paragraph in --help
 )
+
+
+def _version() -> str:
+    """The installed distribution's version (a source checkout that was never installed says so)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("tuneharness")
+    except PackageNotFoundError:
+        return "unknown (not installed: pip install -e .)"
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        typer.echo(f"tuneharness {_version()}")
+        raise typer.Exit()
+
+
+@cli.callback()
+def _main(
+    version: bool = typer.Option(
+        False, "--version", help="Print the version and exit.", callback=_print_version, is_eager=True
+    ),
+) -> None:
+    """Dependable fine-tuning on cheap, hostile GPU marketplaces."""
+
 
 cli.add_typer(ledger_cmd.app, name="ledger")
 cli.add_typer(budget_cmd.app, name="budget")
 cli.add_typer(market_cmd.app, name="market")
-market_cmd.register(cli)
 cli.add_typer(gate_cmd.app, name="gate")
 cli.add_typer(sim_cmd.app, name="sim")
 cli.add_typer(triage_cmd.app, name="triage")
@@ -53,6 +83,10 @@ lifecycle_cmd.register(cli)
 receipt_cmd.register(cli)
 metrics_cmd.register(cli)
 status_cmd.register(cli)
+report_cmd.register(cli)
+web_cmd.register(cli)
+# stop and destroy last: the everyday verbs come first in --help
+market_cmd.register(cli)
 
 
 def run() -> None:

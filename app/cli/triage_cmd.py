@@ -36,7 +36,11 @@ class _TriageGroup(TyperGroup):
 
 app = typer.Typer(
     cls=_TriageGroup,
-    help="Triage a train.log tail: rules, then the specialist, then a capped LLM.",
+    help=(
+        "Triage a train.log tail: rules, then the specialist, then a capped LLM. "
+        "`tuneharness triage FILE` for one log, `--jsonl IN` for many, `train-specialist` to retrain."
+    ),
+    subcommand_metavar="FILE | COMMAND [ARGS]...",
     invoke_without_command=True,
 )
 
