@@ -32,6 +32,7 @@ from app.errors import TuneharnessError, UserError
 from app.ledger import Event, Ledger
 from app.market import OFFER_FIELDS, CreateUnconfirmed, LaunchSpec, Market, Offer
 from app.policy.guardrails import LABEL_PREFIX, label_for, parse_label
+from app.services.leases import StepLeases
 
 __all__ = [
     "LABEL_PREFIX",
@@ -402,14 +403,15 @@ class Rentals:
             if found[0].state in ("stopped", "exited"):
                 state_now = "stopped"
         else:
-            sent_at = self.create_sent_at(rental_id)
+            # Writing the send row is the claim to create: exactly one delivery writes it. Any other
+            # (a retry whose create's answer was lost, or a redelivery of the same task running beside
+            # this one) finds it written and does not create: at most one create per rental, ever.
+            sent_at = self._claim_send(rental_id, now=now)
             if sent_at is not None:
-                # sent once already, its answer lost: at most one create per rental, ever
                 raise CreateUnconfirmed(
                     f"the create for {rental.label} was sent at {sent_at:.0f} and the instance is not listed yet",
                     provider=rental.provider,
                 )
-            self._record_send(rental_id, now=now)
             offer = self.offer_of(rental_id)
             instance_id = market.create(
                 offer,
@@ -432,10 +434,15 @@ class Rentals:
                 self._trap_stop(market, rental, instance_id)
             raise
 
-    def _record_send(self, rental_id: str, *, now: float) -> None:
+    def _claim_send(self, rental_id: str, *, now: float) -> float | None:
+        """Write down that this call sends the create: None when it did, else when the create was
+        sent before. Read and write are one locked transaction, so two callers never both claim."""
         with write_transaction(self.engine, lock=f"tuneharness.rental.{rental_id}") as conn:
-            if conn.execute(select(_S.c.rental_id).where(_S.c.rental_id == rental_id)).first() is None:
-                conn.execute(_S.insert().values(rental_id=rental_id, sent_at=now))
+            sent_at = conn.execute(select(_S.c.sent_at).where(_S.c.rental_id == rental_id)).scalar()
+            if sent_at is not None:
+                return float(sent_at)
+            conn.execute(_S.insert().values(rental_id=rental_id, sent_at=now))
+            return None
 
     def create_sent_at(self, rental_id: str) -> float | None:
         """When a create was sent for this rental (None: never)."""
@@ -700,14 +707,22 @@ class Rentals:
         now: float,
         evidence: dict[str, Any] | None = None,
     ) -> bool:
-        """Automation's strongest move on an instance that held work: stop it (storage still bills)."""
+        """Automation's strongest move on an instance that held work: stop it (storage still bills).
+
+        Racing sweeps (ten reapers on one tick) send the vendor one stop: the stop is made under the
+        rental's stop lease, and a sweep that waited for the lease finds the rental stopped and sends none.
+        """
         rental = self.get(rental_id)
         if rental is None or rental.instance_id is None or rental.state != "active":
             return False
-        market.stop(rental.instance_id)
-        return self.transition(
-            rental_id, to="stopped", from_states=("active",), kind=kind, reason=reason, now=now, evidence=evidence
-        )
+        with StepLeases(self.engine).held(f"stop:{rental_id}") as held:
+            current = self.get(rental_id) if held else None
+            if current is None or current.instance_id is None or current.state != "active":
+                return False
+            market.stop(current.instance_id)
+            return self.transition(
+                rental_id, to="stopped", from_states=("active",), kind=kind, reason=reason, now=now, evidence=evidence
+            )
 
     def destroy(
         self,

@@ -46,7 +46,7 @@ def chaos_hook(rental_id: str) -> Callable[[str], None]:
     return hook
 
 
-@task("provision", "rent")
+@task("provision", "rent")  # type: ignore[untyped-decorator]
 def rent(self: Any, rental_id: str) -> dict[str, Any]:
     """Create the planned rental at its provider, exactly once, however often this runs."""
     rentals = Rentals(bootstrap.engine())

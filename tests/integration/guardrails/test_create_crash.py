@@ -5,117 +5,134 @@ Never two creates for one job, and nothing left running that the registry does n
 
 from __future__ import annotations
 
+import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from app.db import init_db, make_engine
-from app.market import LaunchSpec, OfferQuery
-from app.rentals import Rentals
 from app.services.guardrails import sweep_reconcile
-from app.settings import load_settings
 from providers.fakes import FakeVast
-from providers.vast import VastMarket
+from support.faultlab import record, rounds
 from support.services import CeleryWorker, celery_client, wait_until
+from support.worker_faults import Rig, creates_for, open_rig, plan_rental
 
 REPO = Path(__file__).resolve().parents[3]
-SPEC = LaunchSpec(image="tuneharness/trainer:cpu", disk_gb=20, label="", ssh_public_key="ssh-ed25519 AAAA test")
-ROUNDS = 10
+
+pytestmark = [pytest.mark.faults, pytest.mark.slow]
 
 
 @pytest.fixture
-def vast() -> FakeVast:
-    with FakeVast(offers=[]) as fake:
-        yield fake  # type: ignore[misc]
+def vast() -> Iterator[FakeVast]:
+    fake = FakeVast(offers=[])
+    with fake:
+        yield fake
 
 
-def _setup(th_env: dict[str, str], vast: FakeVast, tmp_path: Path) -> tuple[dict[str, str], Rentals, VastMarket]:
-    env = {
-        **th_env,
-        "VAST_API_URL": vast.url,
-        "VAST_API_KEY": vast.api_key,
-        "TUNEHARNESS_PROVIDER_BACKOFF_S": "0",
-        "TUNEHARNESS_CHAOS_DIR": str(tmp_path / "chaos"),
-    }
+def _rig(th_env: dict[str, str], vast: FakeVast, tmp_path: Path, **extra: str) -> Rig:
     (tmp_path / "chaos").mkdir()
-    engine = make_engine(load_settings(env).db_url)
-    init_db(engine)
-    rentals = Rentals(engine)
-    rentals.budget.set_cap("default", 1000.0)
-    return env, rentals, VastMarket(api_key=vast.api_key, api_url=vast.url)
+    return open_rig(th_env, vast, tmp_path, TUNEHARNESS_CHAOS_DIR=str(tmp_path / "chaos"), **extra)
 
 
-def _plan(rentals: Rentals, market: VastMarket, vast: FakeVast, job: str) -> str:
-    oid = vast.add_offer()
-    offer = next(o for o in market.search_offers(OfferQuery(limit=1000)) if o.offer_id == oid)
-    import time
-
-    return rentals.plan(
-        job=job,
-        attempt=1,
-        offer=offer,
-        disk_gb=20,
-        ttl_s=3600,
-        now=time.time(),
-        reserve_usd=1.0,
-        budget_name="default",
-        spec=SPEC,
-    ).id
-
-
-@pytest.mark.slow
 @pytest.mark.parametrize("step", ["after_reservation", "after_provider_accepted", "after_ledger"])
 def test_kill_9_at_each_step_of_a_create_never_creates_twice(
     th_env: dict[str, str], vast: FakeVast, tmp_path: Path, step: str
 ) -> None:
-    """The worker process dies at `step` 10 times; each job still ends with exactly one instance."""
-    env, rentals, market = _setup(th_env, vast, tmp_path)
-    env["TUNEHARNESS_CHAOS_KILL_AT"] = step
+    """The worker process dies at `step` once per job; each job still ends with exactly one instance."""
+    n = rounds(ci=3, full=25)
+    rig = _rig(th_env, vast, tmp_path, TUNEHARNESS_CHAOS_KILL_AT=step)
     worker = CeleryWorker.start(
-        env, cwd=REPO, queues="provision", concurrency=2, name=f"chaos-{step}", app="support.rent_task"
+        rig.env, cwd=REPO, queues="provision", concurrency=2, name=f"chaos-{step}", app="support.rent_task"
     )
-    client = celery_client(env)
+    client = celery_client(rig.env)
+    started = time.monotonic()
     try:
-        ids = [_plan(rentals, market, vast, f"job-{step.replace('_', '')}-{i}") for i in range(ROUNDS)]
+        ids = [plan_rental(rig, f"job-{step.replace('_', '')}-{i}") for i in range(n)]
         for rid in ids:
             client.send_task("tuneharness.provision.rent", args=[rid], queue="provision")
         assert wait_until(
-            lambda: all((r := rentals.get(rid)) is not None and r.instance_id for rid in ids), timeout_s=240
+            lambda: all((r := rig.rentals.get(rid)) is not None and r.instance_id for rid in ids), timeout_s=240
         ), worker.log.read_text()[-3000:]
+        seconds = time.monotonic() - started
     finally:
         worker.stop()
     kills = list((tmp_path / "chaos").iterdir())
-    assert len(kills) == ROUNDS, "every job's worker process was killed once"
-    creates = vast.calls_to("/api/v0/asks/")
-    assert len(creates) == ROUNDS, [c.path for c in creates]
+    assert len(kills) == n, "every job's worker process was killed once"
+    creates = {rid: creates_for(rig, rid) for rid in ids}
+    assert creates == dict.fromkeys(ids, 1), creates
     for rid in ids:
-        r = rentals.get(rid)
+        r = rig.rentals.get(rid)
         assert r is not None and r.instance_id in vast.instances
-        assert len(rentals.ledger.rows(job=r.job, kind="instance_created")) == 1
+        assert len(rig.rentals.ledger.rows(job=r.job, kind="instance_created")) == 1
+    # Killed before the record, a job's redelivery records it: from the kill to the redelivery's start.
+    redelivery_s = [
+        r.accepted_at - (tmp_path / "chaos" / f"{rid.replace(':', '_')}.{step}").stat().st_mtime
+        for rid in ids
+        if step != "after_ledger" and (r := rig.rentals.get(rid)) is not None and r.accepted_at is not None
+    ]
     # Every instance at the provider is known: one reconcile finds no orphan to stop.
-    report = sweep_reconcile(rentals, {"vast": market}, now=1e12, orphan_grace_s=0)
+    report = sweep_reconcile(rig.rentals, {"vast": rig.market}, now=1e12, orphan_grace_s=0)
     assert report.stopped == [] and report.adopted == [] and report.lost == []
-    assert rentals.ledger.verify().ok
+    assert rig.rentals.ledger.verify().ok
+    record(
+        f"kill_9_{step}",
+        criterion=f"a worker child killed -9 {step.replace('_', ' ')} of each create: one vendor create per rental, "
+        "no orphan after one reconcile",
+        rounds=n,
+        kills=len(kills),
+        rentals=len(ids),
+        vendor_creates=sum(creates.values()),
+        duplicates=sum(k - 1 for k in creates.values()),
+        orphans_after_reconcile=len(report.stopped),
+        seconds_to_all_recorded=round(seconds, 1),
+        kill_to_redelivery_s_max=round(max(redelivery_s), 2) if redelivery_s else None,
+    )
 
 
-@pytest.mark.slow
+def _killed_whole(rig: Rig, client: Any, job: str) -> str:
+    """One create whose whole worker is killed after the vendor accepted it; the rental's id."""
+    worker = CeleryWorker.start(
+        rig.env, cwd=REPO, queues="provision", concurrency=1, name=f"chaos-{job}", app="support.rent_task"
+    )
+    try:
+        rid = plan_rental(rig, job)
+        client.send_task("tuneharness.provision.rent", args=[rid], queue="provision")
+        assert wait_until(lambda: worker.proc.poll() is not None, timeout_s=120), worker.log.read_text()[-3000:]
+    finally:
+        worker.stop()
+    rental = rig.rentals.get(rid)
+    assert creates_for(rig, rid) == 1 and rental is not None and rental.instance_id is None
+    return rid
+
+
 def test_a_worker_killed_whole_after_the_provider_accepted_is_caught_by_one_reconcile(
     th_env: dict[str, str], vast: FakeVast, tmp_path: Path
 ) -> None:
     """SIGKILL to the whole worker between accept and record: the next reconcile stops the instance."""
-    env, rentals, market = _setup(th_env, vast, tmp_path)
-    env.update(TUNEHARNESS_CHAOS_KILL_AT="after_provider_accepted", TUNEHARNESS_CHAOS_WHOLE_WORKER="1")
-    worker = CeleryWorker.start(
-        env, cwd=REPO, queues="provision", concurrency=1, name="chaos-whole", app="support.rent_task"
+    n = rounds(ci=1, full=10)
+    rig = _rig(
+        th_env, vast, tmp_path, TUNEHARNESS_CHAOS_KILL_AT="after_provider_accepted", TUNEHARNESS_CHAOS_WHOLE_WORKER="1"
     )
-    rid = _plan(rentals, market, vast, "job-whole")
-    celery_client(env).send_task("tuneharness.provision.rent", args=[rid], queue="provision")
-    assert wait_until(lambda: worker.proc.poll() is not None, timeout_s=120)
-    assert len(vast.instances) == 1 and rentals.get(rid).instance_id is None  # type: ignore[union-attr]
-    report = sweep_reconcile(rentals, {"vast": market}, now=1e12, orphan_grace_s=240)
-    (iid,) = vast.instances
-    assert report.adopted == [iid] and report.stopped == [iid]
-    assert vast.instances[iid]["intended_status"] == "stopped"
-    r = rentals.get(rid)
-    assert r is not None and r.instance_id == iid and r.state == "stopped"
-    assert [e.reason for e in rentals.ledger.rows(kind="instance_stopped")] == ["crashed create"]
+    client = celery_client(rig.env)
+    ids = [_killed_whole(rig, client, f"job-whole-{i}") for i in range(n)]
+    report = sweep_reconcile(rig.rentals, {"vast": rig.market}, now=1e12, orphan_grace_s=240)
+    instances = sorted(rig.vast.instances)
+    assert len(instances) == n
+    assert sorted(report.adopted) == instances and sorted(report.stopped) == instances
+    assert all(rig.vast.instances[iid]["intended_status"] == "stopped" for iid in instances)
+    for rid in ids:
+        r = rig.rentals.get(rid)
+        assert r is not None and r.instance_id in instances and r.state == "stopped"
+    assert [e.reason for e in rig.rentals.ledger.rows(kind="instance_stopped")] == ["crashed create"] * n
+    record(
+        "whole_worker_killed_after_provider_accepted",
+        criterion="a whole worker killed -9 between the vendor's accept and the record: one reconcile adopts "
+        "and stops each instance",
+        rounds=n,
+        rentals=len(ids),
+        vendor_creates=sum(creates_for(rig, rid) for rid in ids),
+        adopted_by_reconcile=len(report.adopted),
+        stopped_by_reconcile=len(report.stopped),
+        orphans_after_reconcile=len(set(instances) - set(report.stopped)),
+    )
