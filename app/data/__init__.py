@@ -1,0 +1,1 @@
+"""Data files shipped in the package (read with `importlib.resources`, never written)."""
