@@ -64,6 +64,8 @@ ALERT_KINDS: frozenset[str] = frozenset(
         "price_increase",
         "task_poisoned",
         "job_cancelled",
+        "job_blocked",
+        "provider_skipped",
     }
 )
 AlertFormat = Literal["slack", "discord", "telegram", "json"]

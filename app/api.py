@@ -14,21 +14,40 @@ The broker must be reachable; when it is not, nothing is written and `ServiceUna
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Callable
 from pathlib import Path
 
 from app.jobs import JobRecord, JobSpec, JobStore, load_job_file, seed_run_id
 
 __all__ = ["get_job", "list_jobs", "submit"]
 
+_log = logging.getLogger("tuneharness.api")
 
-def submit(spec: JobSpec | str | Path) -> str:
-    """Validate (when given a path), record and enqueue a job; return its id."""
+
+def submit(spec: JobSpec | str | Path, *, warn: Callable[[str], None] | None = None) -> str:
+    """Validate (when given a path), record and enqueue a job; return its id.
+
+    A provider the job allows that cannot be used here (its key is not set) is skipped with a
+    warning (`warn`, else the log) while another remains; with none left the job is refused
+    (`UserError`) and nothing is written.
+    """
     from app import bootstrap
     from app.ledger import Event
+    from app.vendorcheck import unusable
 
     if not isinstance(spec, JobSpec):
         spec = load_job_file(spec)
+    skipped = unusable(spec.needs.providers, bootstrap.market)
+    if skipped and len(skipped) == len(spec.needs.providers):
+        from app.errors import UserError
+
+        listed = "; ".join(f"{name}: {u.problem}" for name, u in skipped.items())
+        fixes = " or ".join(u.fix for u in skipped.values())
+        raise UserError(f"none of the job's providers can be used here ({listed}). Fix: {fixes}")
     bootstrap.require_broker()
+    for name, u in skipped.items():
+        (warn or _log.warning)(f"{name} skipped ({u.problem}); the job runs on the others. To use it: {u.fix}")
     store = bootstrap.jobs()
     job_id = store.add(spec)
     # A gated job trains one adapter per seed: one run per seed, each provisioned and supervised
@@ -52,6 +71,7 @@ def submit(spec: JobSpec | str | Path) -> str:
                 "budget_usd": spec.budget_usd,
                 "gpu": list(spec.needs.gpu),
                 "providers": list(spec.needs.providers),
+                "skipped_providers": {name: u.problem for name, u in skipped.items()},
                 "runs": [r for r, _ in runs],
                 "seeds": list(spec.seeds),
             },

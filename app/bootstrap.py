@@ -14,6 +14,7 @@ from app.settings import Settings, load_settings
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
+    from pathlib import Path
 
     from sqlalchemy import Engine
 
@@ -26,9 +27,11 @@ if TYPE_CHECKING:
     from app.policy.supervision import SupervisorConfig
     from app.ports import Clock
     from app.reputation import ReputationStore
+    from app.services.plan import CampaignReplay
     from app.services.provisioning import ProvisioningService
     from app.services.supervisor import SupervisorService
     from app.ssh import KeyPair, SSHHostShell
+    from app.stackstate import StackState
     from app.triage.chain import TriageChain
     from gate.jobs import JobEvaluator
     from gate.service import GateService
@@ -36,6 +39,7 @@ if TYPE_CHECKING:
 __all__ = [
     "budget",
     "check_worker_config",
+    "configured",
     "engine",
     "enqueue_job",
     "gate",
@@ -49,6 +53,7 @@ __all__ = [
     "provisioning",
     "reputation",
     "require_broker",
+    "running_stack",
     "settings",
     "sim_campaign",
     "sim_serve",
@@ -59,8 +64,33 @@ __all__ = [
 
 
 @functools.cache
+def running_stack() -> StackState | None:
+    """The stack `tuneharness up` runs for this TUNEHARNESS_HOME, if any; what this process's
+    environment leaves unset (broker, shared simulated marketplace) is taken from it, once."""
+    import os
+
+    from app.stackstate import adopt
+
+    return adopt(os.environ)
+
+
+@functools.cache
+def configured() -> Path | None:
+    """Fill this process's environment, once, from TUNEHARNESS_HOME/config.toml's profile and the
+    vendors' key files (`app.configfile`); the config file's path, None without one."""
+    import os
+
+    from app.configfile import adopt
+
+    return adopt(os.environ)
+
+
+@functools.cache
 def settings() -> Settings:
-    """The process's settings, validated once."""
+    """The process's settings, validated once (after the config file's and the running stack's are
+    adopted: the environment first, then the config file, then the stack `up` runs)."""
+    configured()
+    running_stack()
     return load_settings()
 
 
@@ -174,6 +204,7 @@ def market(name: str) -> Market:
     """The Market adapter for `name`, configured from the environment (the one place they are built)."""
     from app.errors import UserError
 
+    running_stack()  # a shared simulated marketplace that runs is used, never a fresh in-process one
     if name == "vast":
         from providers.vast import VastMarket
 
@@ -262,6 +293,13 @@ def sim_campaign_realtime(
     from providers.sim.campaign.realtime import run_campaign_realtime
 
     return run_campaign_realtime(trace, jobs=jobs, scale=scale, monitor_s=monitor_s, progress=progress).receipt
+
+
+def plan_replay() -> CampaignReplay:
+    """The campaign simulator as `tuneharness plan` replays it over seeds."""
+    from providers.sim.plan import SimPlanReplay
+
+    return SimPlanReplay()
 
 
 def triage_chain(*, with_specialist: bool = True, with_llm: bool = True) -> TriageChain:
@@ -400,7 +438,12 @@ def provisioning(s: Settings | None = None) -> ProvisioningService:
         )
 
     return ProvisioningService(
-        engine(s), market_for=market, clock=clock, run_preflight=ssh_preflight, launch_spec_for=launch_spec_for
+        engine(s),
+        market_for=market,
+        clock=clock,
+        run_preflight=ssh_preflight,
+        launch_spec_for=launch_spec_for,
+        notifier=notifier(s),
     )
 
 
@@ -416,6 +459,7 @@ def sim_clock() -> Clock | None:
     """The shared simulated marketplace's scaled clock when TUNEHARNESS_SIM_URL is set, else None."""
     from providers.sim import shared_clock_from_env
 
+    running_stack()
     return shared_clock_from_env()
 
 

@@ -93,7 +93,19 @@ __all__ = [
     "spec_from_dict",
 ]
 
-JOB_PHASES = ("queued", "provisioning", "training", "paused", "evaluating", "done", "failed", "cancelled")
+JOB_PHASES = (
+    "queued",
+    "provisioning",
+    "training",
+    "paused",
+    "evaluating",
+    "done",
+    "failed",
+    "cancelled",
+    # the fleet cannot move it on without the operator (a missing key, a refused key, an internal
+    # error): its detail holds the reason and the fix; `tuneharness resume` continues it
+    "blocked",
+)
 PROVIDERS = ("vast", "runpod", "sim")
 
 _TOP = ("name", "train", "needs", "budget_usd", "gate")
@@ -505,7 +517,13 @@ def parse_job_text(
         rel = c.string(train[key], f"train.{key}")
         p = _contained(c, rel, f"train.{key}", base)
         if check_files and not p.exists():
-            raise c.fail(f"train.{key}", f"{p} does not exist", "point it at a file or directory next to the job file")
+            fix = "point it at a file or directory next to the job file"
+            if key == "base_model":  # the shipped example's model is made, not downloaded
+                fix = (
+                    f"point it at a model directory next to the job file, or write a tiny random one to try "
+                    f"things: python -m trainer make-tiny-model {p}"
+                )
+            raise c.fail(f"train.{key}", f"{p} does not exist", fix)
         if check_files:
             _plain(c, p, f"train.{key}")
             _shippable(c, p, f"train.{key}")
@@ -1030,6 +1048,24 @@ class JobStore:
         job = None if parent is None else self.get(parent)
         if parent is not None and job is not None and job.phase not in ("done", "failed", "cancelled"):
             self.set_phase(parent, "failed", detail=f"seed run {run_id} failed: {detail}")
+
+    def block(self, job_id: str, *, detail: str, now: float | None = None) -> tuple[str, ...]:
+        """Mark the job `blocked` with `detail` (the reason and the fix), and a gated job's parent
+        with it (the gate needs every seed); a job that ended (done, failed, cancelled) stays as it
+        is. Return the ids that moved."""
+        moved: tuple[str, ...] = ()
+        parent = self.parent_of(job_id)
+        for jid, why in ((job_id, detail), (parent, f"seed run {job_id} is blocked: {detail}")):
+            rec = None if jid is None else self.get(jid)
+            if jid is None or rec is None or rec.phase in ("done", "failed", "cancelled", "blocked"):
+                continue
+            if self.set_phase(jid, "blocked", detail=why, now=now):
+                moved += (jid,)
+        return moved
+
+    def blocked(self) -> tuple[JobRecord, ...]:
+        """Every job the fleet waits on the operator for."""
+        return tuple(r for r in self.list() if r.phase == "blocked")
 
     def record_evaluation(self, ev: JobEvaluation) -> None:
         """Write down a job's trial and decision (once per job; a re-run of the same trial rewrites it)."""

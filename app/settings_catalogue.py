@@ -48,6 +48,13 @@ SETTINGS: tuple[Setting, ...] = (
         "Control plane",
     ),
     Setting(
+        "TUNEHARNESS_PROFILE",
+        "`default`",
+        "which `[profiles.NAME]` of `$TUNEHARNESS_HOME/config.toml` applies over its `[default]`; any setting "
+        "here may be written there (the environment wins; app/configfile.py)",
+        "Control plane",
+    ),
+    Setting(
         "TUNEHARNESS_DB_URL",
         "`sqlite:///$TUNEHARNESS_HOME/tuneharness.db`",
         "ledger, budgets, jobs and rentals; `postgresql://USER@HOST:5432/DB` for a fleet on several machines",
@@ -277,6 +284,13 @@ def render_markdown() -> str:
         "value stops it with one line that names the variable and the fix (exit 2). Secrets (marked",
         "below) stay on the control machine: they are never logged, put in task arguments, or passed",
         "to a rented host. `docker compose` reads them from `.env` (docs/deploy.md).",
+        "",
+        "Any of them may also be written in `$TUNEHARNESS_HOME/config.toml`: a `[default]` table of",
+        '`NAME = "value"` lines and `[profiles.NAME]` tables over it, chosen by `TUNEHARNESS_PROFILE`',
+        "(mode 600 when it holds a key, or it is refused). The environment wins over the file. Without",
+        "`VAST_API_KEY` or `RUNPOD_API_KEY` anywhere, the key the vendor's own CLI saved is used:",
+        "`~/.config/vastai/vast_api_key` (or `$XDG_CONFIG_HOME/vastai/`, or `~/.vast_api_key`) and",
+        "`~/.runpod/config.toml`'s `[default] api_key`.",
     ]
     for section in SECTIONS:
         rows = [s for s in SETTINGS if s.section == section]

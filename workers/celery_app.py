@@ -10,10 +10,14 @@ from typing import Any
 
 from celery import Celery, signals
 
+from app import bootstrap
 from app.errors import ConfigError
 from app.settings import load_settings, sim_scale
 from beat_schedule import BEAT_SCHEDULE, scaled
 from workers.config import TASK_TIME_LIMITS_S, build_config, check_time_limits
+
+# The environment first, then TUNEHARNESS_HOME/config.toml's profile and the vendors' key files.
+bootstrap.configured()
 
 app = Celery(
     "tuneharness",

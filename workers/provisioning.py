@@ -47,6 +47,12 @@ def _cancelled(job_id: str) -> bool:
     return rec is not None and rec.phase == "cancelled"
 
 
+def _blocked(job_id: str) -> bool:
+    """The job waits on the operator (`app.blocking`): no step runs for it until `tuneharness resume`."""
+    rec = bootstrap.jobs().get(job_id)
+    return rec is not None and rec.phase == "blocked"
+
+
 def schedule(step: Step) -> dict[str, Any]:
     if not step.standby and _cancelled(step.job_id):
         # cancelled while this step ran (`tuneharness cancel`): its chain ends here, quietly
@@ -86,8 +92,8 @@ def provision(self: Any, job_id: str) -> dict[str, Any]:
     rec = bootstrap.jobs().get(job_id)
     if rec is None:
         return {"job": job_id, "phase": "unknown"}
-    if rec.phase == "cancelled":  # cancelled before its first step: nothing is rented for it
-        return {"job": job_id, "phase": "cancelled"}
+    if rec.phase in ("cancelled", "blocked"):  # nothing is rented for it (resume enqueues it again)
+        return {"job": job_id, "phase": rec.phase}
     spec = spec_from_dict(rec.spec)
     bootstrap.jobs().set_phase(job_id, "provisioning", detail="ranking offers")
     try:
@@ -104,6 +110,8 @@ def provision(self: Any, job_id: str) -> dict[str, Any]:
 @task("provision", "watch_boot")
 def watch_boot(self: Any, job_id: str) -> dict[str, Any]:
     """One look at the job: a queued job picks an offer, a booting one has its status line read."""
+    if _blocked(job_id):
+        return {"job": job_id, "phase": "blocked"}
     try:
         step = bootstrap.provisioning().step(job_id)
     except (ProviderBusy, MarketError) as exc:
@@ -170,7 +178,8 @@ def redrive(self: Any) -> dict[str, Any]:
     from app.liveness import record_success
 
     svc = bootstrap.provisioning()
-    overdue = svc.overdue(grace_wall_s=REDRIVE_GRACE_S)
+    blocked = {r.job_id for r in bootstrap.jobs().blocked()}  # they wait on the operator, not on a lost task
+    overdue = [j for j in svc.overdue(grace_wall_s=REDRIVE_GRACE_S) if j not in blocked]
     for job_id in overdue:
         watch_boot.apply_async(args=[job_id])
     now = time.time()

@@ -42,12 +42,70 @@ def task(queue: str, verb: str, *, guard_deliveries: bool = True, **options: Any
                 return _poisoned(name, args, deaths)
             try:
                 return fn(self, *args, **kwargs)
+            except Exception as exc:
+                return _reached_the_job(name, args, exc)
             finally:
                 forget(engine, key)
 
         return app.task(name=name, bind=True, soft_time_limit=soft, time_limit=hard, **options)(guarded)
 
     return register
+
+
+def _transient_errors() -> tuple[type[BaseException], ...]:
+    """Errors that wait themselves out (a vendor, the broker or the database down a while, a time
+    limit): the redrive sweep steps the job again, so they do not block it."""
+    import kombu.exceptions
+    import redis
+    import sqlalchemy.exc
+    from celery.exceptions import SoftTimeLimitExceeded
+
+    from app.market import ProviderBusy
+    from app.services.provisioning import StepBusy
+    from app.ssh import SSHError
+
+    return (
+        ProviderBusy,
+        StepBusy,
+        SSHError,
+        OSError,
+        kombu.exceptions.OperationalError,
+        redis.RedisError,
+        sqlalchemy.exc.OperationalError,
+        SoftTimeLimitExceeded,
+    )
+
+
+def _reached_the_job(name: str, args: tuple[Any, ...], exc: Exception) -> Any:
+    """Nothing fails silently (`app.blocking`): an error met on a job's behalf (the task's first
+    argument is a job in the job table) blocks the job or is written down on it. Celery's own
+    control flow (retry, ignore, reject) and errors of tasks that are no job's pass through."""
+    from celery.exceptions import Ignore, Reject, Retry
+
+    from app.blocking import ErrorClass, block_job, classify, record_task_error
+
+    if isinstance(exc, Retry | Ignore | Reject):
+        raise exc
+    job_id = args[0] if args and isinstance(args[0], str) else None
+    try:
+        job = bootstrap.jobs().get(job_id) if job_id is not None else None
+    except Exception:  # the database itself is the error: nothing to write it on
+        job = None
+    if job is None or job_id is None:
+        raise exc
+    kind = classify(exc, transient=_transient_errors())
+    if kind is ErrorClass.TRANSIENT:
+        record_task_error(job_id, exc, task=name, ledger=bootstrap.ledger())
+        raise exc
+    block_job(job_id, exc, task=name, jobs=bootstrap.jobs(), ledger=bootstrap.ledger(), notifier=bootstrap.notifier())
+    if kind is ErrorClass.INTERNAL:
+        raise exc  # the worker's log keeps the traceback
+    import logging
+
+    from app.blocking import clean
+
+    logging.getLogger("tuneharness.tasks").warning("%s: job %s blocked: %s", name, job_id, clean(str(exc)))
+    return {"job": job_id, "phase": "blocked", "task": name}
 
 
 def _poisoned(name: str, args: tuple[Any, ...], deaths: int) -> dict[str, Any]:

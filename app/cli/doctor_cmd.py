@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import time
 from dataclasses import dataclass
@@ -86,7 +87,13 @@ def _beat() -> Check:
     from app.liveness import last_successes, overdue
 
     intervals = {name: float(str(entry["schedule"])) for name, entry in BEAT_SCHEDULE.items()}
-    late = overdue(last_successes(bootstrap.engine()), intervals, now=time.time())
+    last = last_successes(bootstrap.engine())
+    stack = bootstrap.running_stack()
+    if stack is not None:
+        # A stack `up` started has had only its own lifetime to run them: a task is late three
+        # intervals after the later of its last success and the stack's start, not before.
+        last = {name: max(last.get(name, stack.started_at), stack.started_at) for name in intervals}
+    late = overdue(last, intervals, now=time.time())
     if not late:
         return Check("beat", True, f"{len(intervals)} periodic tasks on time")
     names = ", ".join(f"{o.name} ({'never ran' if o.age_s is None else f'{o.age_s:.0f}s ago'})" for o in late)
@@ -107,14 +114,68 @@ def _beat() -> Check:
     )
 
 
+def _stack() -> Check:
+    """The stack `tuneharness up` recorded for this home (every command uses its broker and sim)."""
+    from app import bootstrap, stackstate
+
+    home = bootstrap.settings().home
+    recorded = stackstate.read(home)
+    stack = bootstrap.running_stack()
+    if stack is not None:
+        sim = f", sim {stack.sim_url}" if stack.sim_url else ""
+        since = time.strftime("%H:%M:%S", time.localtime(stack.started_at))
+        return Check("stack", True, f"`up` pid {stack.pid} since {since}{sim}")
+    if recorded is not None:
+        return Check(
+            "stack",
+            False,
+            f"{stackstate.state_path(home)} names `up` pid {recorded.pid}, which is gone",
+            "run `tuneharness up` again (it replaces the file), or delete the file",
+        )
+    return Check("stack", True, "no `tuneharness up` for this home; settings come from the environment")
+
+
+def _vendors() -> list[Check]:
+    """One read-only call per vendor with a key set (like `sky check`); a vendor without one is skipped."""
+    from app import bootstrap
+    from app.vendorcheck import check
+
+    out = []
+    for name in bootstrap.MARKETS:
+        v = check(name, bootstrap.market)
+        detail = v.detail
+        if name == "sim":  # which marketplace `--provider sim` reaches from this shell
+            url = os.environ.get("TUNEHARNESS_SIM_URL")
+            where = f"the shared marketplace at {url}" if url else "an in-process marketplace (no shared one runs)"
+            detail = f"{where}; {v.detail}" if v.ok else v.detail
+        out.append(Check(f"vendor {name}", v.ok, detail, v.fix))
+    return out
+
+
+def _blocked_jobs() -> Check:
+    from app import bootstrap
+
+    blocked = bootstrap.jobs().blocked()
+    if not blocked:
+        return Check("jobs", True, "no job is blocked")
+    return Check(
+        "jobs",
+        False,
+        f"{len(blocked)} blocked: " + "; ".join(f"{r.job_id}: {r.detail}" for r in blocked),
+        "fix what each says, then `tuneharness resume JOB`",
+    )
+
+
 def doctor(as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
-    """Check broker, database, sshd, torch and beat liveness; exit 1 if something needs fixing."""
+    """Check stack, broker, database, sshd, torch, vendor keys, beat and blocked jobs; exit 1 on a problem."""
     from app import bootstrap
 
     s = bootstrap.settings()
-    checks = [_broker(s.broker_url), _database(), _sshd(), _torch()]
-    if checks[0].ok and checks[1].ok:
+    checks = [_stack(), _broker(s.broker_url), _database(), _sshd(), _torch(), *_vendors()]
+    if checks[1].ok and checks[2].ok:
         checks.append(_beat())
+    if checks[2].ok:
+        checks.append(_blocked_jobs())
     if as_json:
         typer.echo(json.dumps([c.__dict__ for c in checks], indent=2))
     else:

@@ -67,7 +67,7 @@ def submit(
         return
     from app.api import submit as submit_job
 
-    job_id = submit_job(spec)
+    job_id = submit_job(spec, warn=lambda message: typer.echo(f"warning: {message}", err=True))
     typer.echo(json.dumps({"job_id": job_id}) if as_json else job_id)
 
 

@@ -21,6 +21,7 @@ from app.cli import (
     lifecycle_cmd,
     market_cmd,
     metrics_cmd,
+    plan_cmd,
     receipt_cmd,
     report_cmd,
     sim_cmd,
@@ -85,6 +86,7 @@ metrics_cmd.register(cli)
 status_cmd.register(cli)
 report_cmd.register(cli)
 web_cmd.register(cli)
+plan_cmd.register(cli)
 # stop and destroy last: the everyday verbs come first in --help
 market_cmd.register(cli)
 
@@ -92,6 +94,9 @@ market_cmd.register(cli)
 def run() -> None:
     """Console-script entry: run the CLI, turning user errors into one clear line."""
     try:
+        from app import bootstrap
+
+        bootstrap.configured()  # the config file's profile and the vendors' key files, before any command
         cli()
     except UserError as exc:
         typer.echo(f"error: {exc}", err=True)

@@ -48,8 +48,8 @@ from app.services.supervisor import SupervisorService
 
 __all__ = ["CANCELLABLE", "RESUMABLE", "CancelReport", "Lifecycle", "ResumeReport"]
 
-CANCELLABLE = ("queued", "provisioning", "training", "paused")
-RESUMABLE = ("cancelled", "failed", "paused")  # paused: only at its budget
+CANCELLABLE = ("queued", "provisioning", "training", "paused", "blocked")
+RESUMABLE = ("cancelled", "failed", "paused", "blocked")  # paused: only at its budget; blocked: once fixed
 Enqueue = Callable[[str], None]
 
 
@@ -118,10 +118,13 @@ class Lifecycle:
         runs = self.jobs.runs(rec.job_id)
         return [r for r in runs.values() if r is not None] if runs else [rec]
 
-    def _live(self, run_id: str) -> bool:
-        """Does anything of the run still spend or step (a cancel to finish)?"""
+    def _live(self, run_id: str, *, blocked: bool = False) -> bool:
+        """Does anything of the run still spend or step (a cancel to finish)? A blocked run's chain
+        has ended (nothing steps it), so only a host it still rents counts."""
         if self.prov.rentals.all(job=run_id, states=("active",)):
             return True
+        if blocked:
+            return False
         loaded = self.prov.state(run_id)
         return loaded is not None and loaded[0].phase not in ("done", "failed")
 
@@ -296,7 +299,7 @@ class Lifecycle:
                 )
         if not runs:
             raise UserError(f"job {job_id} has no cancelled or failed run to resume. Fix: see `tuneharness jobs show`")
-        if any(self._live(r.job_id) and r.phase != "paused" for r in runs):
+        if any(self._live(r.job_id, blocked=r.phase == "blocked") and r.phase != "paused" for r in runs):
             raise UserError(
                 f"something of job {job_id} still runs. Fix: tuneharness cancel {job_id} first, then resume it"
             )
@@ -402,6 +405,6 @@ def _resume_fix(phase: str) -> str:
     if phase == "evaluating":
         return "its adapters are being judged. Fix: wait for the gate's decision"
     return (
-        "it still runs; only a cancelled, failed or budget-stopped job resumes. "
+        "it still runs; only a cancelled, failed, blocked or budget-stopped job resumes. "
         "Fix: tuneharness cancel JOB first, or let it run"
     )

@@ -28,6 +28,7 @@ PHASE_KINDS = (
     "provisioning_failed",
     "adapter_pulled",
     "task_poisoned",
+    "job_blocked",
 )
 # a host or a trainer that failed, with the evidence the ledger kept
 FAILURE_KINDS = ("host_failed", "host_lost", "trainer_died", "instance_lost")

@@ -18,8 +18,16 @@ def _running(pattern: str) -> bool:
     return subprocess.run(["pgrep", "-f", pattern], capture_output=True).returncode == 0
 
 
+def _answers(url: str, *, auth: tuple[str, str] | None) -> int:
+    try:
+        return httpx.get(url, auth=auth, timeout=2).status_code
+    except httpx.HTTPError:
+        return 0
+
+
 def test_up_starts_redis_worker_beat_flower_and_ctrl_c_stops_them(th_env: dict[str, str], th_home: Path) -> None:
-    """With no broker reachable, up starts its own redis; Flower is on localhost behind basic auth."""
+    """With no broker reachable, up starts its own redis; Flower and the web pages are on localhost
+    behind basic auth."""
     flower_port = free_port()
     env = {
         **th_env,
@@ -56,10 +64,21 @@ def test_up_starts_redis_worker_beat_flower_and_ctrl_c_stops_them(th_env: dict[s
         redis_pattern = f"redis-server 127.0.0.1:{broker.rsplit(':', 1)[1].split('/')[0]}"
         assert _running(redis_pattern) and _running(str(run_dir / "celerybeat-schedule"))
         assert "s3cret-pass" not in log.read_text()
+        web = next(line.split()[1] for line in log.read_text().splitlines() if line.startswith("web"))
+        assert wait_until(lambda: _answers(f"{web}/", auth=None) == 401, timeout_s=60), (
+            run_dir / "web.log"
+        ).read_text()
+        assert _answers(f"{web}/", auth=("ops", "s3cret-pass")) == 200  # Flower's credentials guard the pages too
     finally:
         proc.send_signal(signal.SIGINT)
         proc.wait(timeout=60)
     assert proc.returncode == 0, log.read_text()
     assert "stopped" in log.read_text()
-    for pattern in (redis_pattern, str(run_dir / "celerybeat-schedule"), f"--port={flower_port}"):
+    web_port = web.rsplit(":", 1)[1]
+    for pattern in (
+        redis_pattern,
+        str(run_dir / "celerybeat-schedule"),
+        f"--port={flower_port}",
+        f"web --host 127.0.0.1 --port {web_port}",
+    ):
         assert wait_until(lambda p=pattern: not _running(p), timeout_s=10), pattern

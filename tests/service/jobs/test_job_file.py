@@ -131,6 +131,8 @@ def cli(home: Path, *args: str, broker: str = "redis://127.0.0.1:1/0") -> subpro
 def test_submit_without_a_broker_says_so_in_one_line_and_writes_nothing(jobdir: Path, tmp_path: Path) -> None:
     """With no broker, submit exits 2 with one line and records no job; `jobs` works regardless."""
     home = tmp_path / "home"
+    # a provider that needs no key: the job itself is fine, only the broker is missing
+    (jobdir / "job.yaml").write_text(GOOD.replace("providers: [vast, runpod]", "providers: [sim]"))
     out = cli(home, "submit", str(jobdir / "job.yaml"))
     assert out.returncode == 2 and out.stderr.count("\n") == 1 and "broker is unreachable" in out.stderr
     listed = cli(home, "jobs", "--json")

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from app import bootstrap, hoststack
+from app import bootstrap, configfile, hoststack
 from app.alerts import webhook_config_from_env
 from app.errors import SettingsError
 from app.policy.guardrails import IDLE_GRACE_S
@@ -74,6 +74,7 @@ def _defaults_from_code(tmp_path: Path) -> dict[str, Callable[[], object]]:
     sup = bootstrap.supervisor_config({})
     return {
         "TUNEHARNESS_HOME": lambda: load_settings({}).home == Path("~/.tuneharness").expanduser(),
+        "TUNEHARNESS_PROFILE": lambda: configfile.DEFAULT_PROFILE,
         "TUNEHARNESS_DB_URL": lambda: s.db_url == f"sqlite:///{home / 'tuneharness.db'}",
         "TUNEHARNESS_BROKER_URL": lambda: s.broker_url,
         "TUNEHARNESS_RESULT_URL": lambda: s.result_url == s.broker_url,
