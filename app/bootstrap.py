@@ -60,6 +60,7 @@ __all__ = [
     "ssh_preflight",
     "supervisor",
     "triage_chain",
+    "worker_hosts",
 ]
 
 
@@ -149,6 +150,17 @@ def enqueue_job(job_id: str) -> None:
     from workers.celery_app import app as celery_app
 
     celery_app.send_task("tuneharness.provision.provision", args=[job_id], queue="provision")
+
+
+def worker_hosts(timeout_s: float = 2.0) -> dict[str, list[str]]:
+    """{machine: [worker names]} of the workers that answer a ping on the broker within `timeout_s`."""
+    from workers.celery_app import app as celery_app
+
+    out: dict[str, list[str]] = {}
+    for reply in celery_app.control.ping(timeout=timeout_s) or []:
+        for name in reply:
+            out.setdefault(name.rpartition("@")[2] or name, []).append(name)
+    return out
 
 
 def budget(s: Settings | None = None) -> Budget:

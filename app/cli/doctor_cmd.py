@@ -152,6 +152,29 @@ def _vendors() -> list[Check]:
     return out
 
 
+def _fleet(db_is_sqlite: bool) -> Check:
+    """The workers answering on the broker, and whether their database can be shared: SQLite is a
+    file on one machine, so workers on two machines each write their own (PostgreSQL is the fleet's)."""
+    from app import bootstrap
+
+    try:
+        hosts = bootstrap.worker_hosts()
+    except Exception as exc:  # the broker refused the broadcast: the broker check says why
+        return Check("workers", True, f"not asked ({type(exc).__name__})")
+    if not hosts:
+        return Check("workers", True, "none answered a ping in 2 s (start them: `tuneharness up`, or compose)")
+    n = sum(len(v) for v in hosts.values())
+    detail = f"{n} worker(s) on {len(hosts)} machine(s): {', '.join(sorted(hosts))}"
+    if db_is_sqlite and len(hosts) > 1:
+        return Check(
+            "workers",
+            False,
+            detail + "; the database is SQLite, a file each machine sees alone",
+            "point every worker's TUNEHARNESS_DB_URL at one PostgreSQL (docs/deploy.md)",
+        )
+    return Check("workers", True, detail)
+
+
 def _blocked_jobs() -> Check:
     from app import bootstrap
 
@@ -167,13 +190,18 @@ def _blocked_jobs() -> Check:
 
 
 def doctor(as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
-    """Check stack, broker, database, sshd, torch, vendor keys, beat and blocked jobs; exit 1 on a problem."""
+    """Check stack, broker, database, sshd, torch, vendor keys, beat, workers and blocked jobs; exit 1 on a problem.
+
+    A fleet whose workers answer from more than one machine needs PostgreSQL: SQLite is refused.
+    """
     from app import bootstrap
 
     s = bootstrap.settings()
     checks = [_stack(), _broker(s.broker_url), _database(), _sshd(), _torch(), *_vendors()]
     if checks[1].ok and checks[2].ok:
         checks.append(_beat())
+    if checks[1].ok:
+        checks.append(_fleet(not s.is_postgres))
     if checks[2].ok:
         checks.append(_blocked_jobs())
     if as_json:

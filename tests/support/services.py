@@ -101,8 +101,10 @@ class CeleryWorker:
         concurrency: int = 1,
         name: str | None = None,
         app: str = "workers.celery_app",
+        node: str | None = None,
     ) -> CeleryWorker:
-        """A worker on `app` (`support.rent_task` adds the test-only `rent` task to the product's app)."""
+        """A worker on `app` (`support.rent_task` adds the test-only `rent` task to the product's app);
+        `node` names it NAME@MACHINE as another machine's worker would be named."""
         log = Path(env["TUNEHARNESS_HOME"]) / f"worker-{name or os.getpid()}-{time.monotonic_ns()}.log"
         log.parent.mkdir(parents=True, exist_ok=True)
         if app.startswith("support."):  # tests/ on the worker's path as well as the repository
@@ -125,7 +127,7 @@ class CeleryWorker:
                     "--loglevel",
                     "INFO",
                     "-n",
-                    f"{name or 'test'}-{time.monotonic_ns()}@%h",
+                    node or f"{name or 'test'}-{time.monotonic_ns()}@%h",
                     "--without-heartbeat",
                     "--without-gossip",
                     "--without-mingle",
