@@ -14,6 +14,7 @@ campaign simulator keeps one for the whole campaign. Nothing below depends on wh
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -307,5 +308,12 @@ def budget_verdict(
 
 def budget_exhausted(*, budget_left_usd: float | None, cheapest_attempt_usd: float, anything_live: bool) -> bool:
     """Nothing is rented any more and what is left of the budget cannot pay for one attempt: the
-    jobs still waiting end at the cap instead of waiting for money that will not come."""
-    return budget_left_usd is not None and not anything_live and budget_left_usd < cheapest_attempt_usd
+    jobs still waiting end at the cap instead of waiting for money that will not come. No offer
+    (`cheapest_attempt_usd` infinite: a failed search, every host taken) prices no attempt: the job
+    waits for offers, it is not out of money."""
+    return (
+        budget_left_usd is not None
+        and not anything_live
+        and math.isfinite(cheapest_attempt_usd)
+        and budget_left_usd < cheapest_attempt_usd
+    )

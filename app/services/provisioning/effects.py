@@ -46,6 +46,22 @@ __all__ = ["StepEffects"]
 LOSSES = ("lost", "hang")  # a stop or destroy for these reasons ends a verified host's exposure as a loss
 
 
+def next_attempt(svc: ProvisioningService, job: JobState) -> tuple[str, int]:
+    """The rental the job's next create makes: (the job it is rented under, the attempt number).
+
+    Idempotent per attempt (a redelivered task reuses its intent), but a create abandoned because
+    the offer was taken (another job got there first) used up its number: without skipping it,
+    every later try would find that abandoned rental and the job would spin. A standby job's
+    rentals are its owner's, numbered from 1000 * n."""
+    sj = svc.pool.standby_job(job.job_id)
+    owner = job.job_id if sj is None else sj.owner
+    base = 0 if sj is None else sj.n * STANDBY_ATTEMPT_BASE
+    abandoned = [
+        r for r in svc.rentals.all(states=("abandoned",), job=owner) if base < r.attempt < base + STANDBY_ATTEMPT_BASE
+    ]
+    return owner, base + job.creates + 1 + len(abandoned)
+
+
 class StepEffects:
     """`app.interpreter.Effects` for one step of one job, in real time."""
 
@@ -73,18 +89,7 @@ class StepEffects:
         svc = self.svc
         now = svc.clock.now()
         sj = svc.pool.standby_job(job.job_id)
-        owner = job.job_id if sj is None else sj.owner
-        base = 0 if sj is None else sj.n * STANDBY_ATTEMPT_BASE
-        # Idempotent per attempt (a redelivered task reuses its intent), but a create abandoned
-        # because the offer was taken (another job got there first) used up its number: without
-        # skipping it, every later try would find that abandoned rental and the job would spin.
-        # A standby job's rentals are its owner's, numbered from 1000 * n.
-        abandoned = [
-            r
-            for r in svc.rentals.all(states=("abandoned",), job=owner)
-            if base < r.attempt < base + STANDBY_ATTEMPT_BASE
-        ]
-        attempt = base + job.creates + 1 + len(abandoned)
+        owner, attempt = next_attempt(svc, job)
         # A create whose answer was lost keeps its intent: this step looks for that instance (the
         # intent's offer, whatever the policy ranks first now), it does not rent another.
         pending = svc.rentals.get(f"{owner}:{attempt}")
@@ -141,6 +146,10 @@ class StepEffects:
             svc.rentals.abandon(rental_id, reason=f"offer gone: {exc}", now=now)
             return CreateResult(offer, None, str(exc))
         except MarketError as exc:
+            if svc.rentals.create_sent_at(rental_id) is not None:
+                # The create went out before and its answer was lost; this error came from the look-up
+                # by label, which proves nothing about the instance the vendor may have rented.
+                return self._unconfirmed(owner, rental_id, offer, exc, now=now, looked_up=False)
             svc.rentals.abandon(rental_id, reason=f"provider refused: {exc}", now=now)
             return CreateResult(offer, None, str(exc))
         svc.ledger.append(
@@ -159,16 +168,17 @@ class StepEffects:
         return CreateResult(offer, rental.instance_id)
 
     def _unconfirmed(
-        self, owner: str, rental_id: str, offer: Offer, exc: CreateUnconfirmed, *, now: float
+        self, owner: str, rental_id: str, offer: Offer, exc: MarketError, *, now: float, looked_up: bool = True
     ) -> CreateResult:
         """The vendor may have rented it: keep the intent and its reservation, look again by label at
         the next step. Past `create_confirm_s` with nothing listed, the create is taken as never done
         (abandoned, its reservation released; an instance listed later under that label is the
-        reconciler's)."""
+        reconciler's). A look-up that failed (`looked_up` False) saw nothing: the intent is kept (the
+        stale-intent sweep releases it only on a listing that answered)."""
         svc = self.svc
         sent_at = svc.rentals.create_sent_at(rental_id)
         waited = 0.0 if sent_at is None else now - sent_at
-        if waited >= svc.cfg.create_confirm_s:
+        if looked_up and waited >= svc.cfg.create_confirm_s:
             svc.rentals.abandon(rental_id, reason=f"create unconfirmed, not listed after {waited:.0f}s: {exc}", now=now)
             return CreateResult(offer, None, str(exc))
         svc.ledger.append(

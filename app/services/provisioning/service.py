@@ -26,11 +26,14 @@ from dataclasses import replace
 
 from sqlalchemy import Engine
 
+from app.alerts import Alert, Notifier
+from app.blocking import ProvidersUnusable, clean
+from app.errors import UserError
 from app.gpu_speeds import GpuSpeedStore
 from app.interpreter import apply, drive
 from app.jobs import JobStore
 from app.ledger import Event, Ledger
-from app.market import LaunchSpec, Market, MarketError, Offer, OfferQuery
+from app.market import AuthFailed, LaunchSpec, Market, MarketError, Offer, OfferQuery
 from app.policy.fleet import budget_exhausted, kill_after_s, pull_rate_seen, reservation_usd
 from app.policy.gpus import hardware_key
 from app.policy.provisioning import (
@@ -55,7 +58,7 @@ from app.rentals import Rental, Rentals
 from app.reputation import ReputationStore
 from app.services.leases import StepLeases
 from app.services.pool import Held, Pool
-from app.services.provisioning.effects import StepEffects
+from app.services.provisioning.effects import StepEffects, next_attempt
 from app.services.provisioning.holds import Holds
 from app.services.provisioning.standby import Standby
 from app.services.provisioning.state import StateStore
@@ -102,8 +105,10 @@ class ProvisioningService:
         cfg: ProvisioningConfig | None = None,
         ttl_s: float | None = None,
         rng: random.Random | None = None,
+        notifier: Notifier | None = None,
     ) -> None:
         self.engine = engine
+        self.notifier = notifier  # warnings that need no decision (a provider skipped)
         self.market_for = market_for
         self.clock = clock
         self.run_preflight = run_preflight
@@ -191,7 +196,7 @@ class ProvisioningService:
         if loaded is None:
             return Step(job_id, "unknown")
         job, version = loaded
-        if job.standby and job.phase == "queued" and not self.standby.wanted(job):
+        if job.standby and job.phase == "queued" and not self.standby.wanted(job) and not self._created_unsaved(job):
             # Between attempts and nobody needs it any more: stop rolling the dice.
             done = replace(job, phase="done", failure="no longer needed")
             if self.save([(done, version, None)]):
@@ -236,6 +241,18 @@ class ProvisioningService:
             if progress is not None:
                 result = replace(result, also=(*result.also, progress))
         return result
+
+    def _created_unsaved(self, job: JobState) -> bool:
+        """Does the rental of the job's next attempt exist already (a create recorded, or sent, by a
+        step that died before it saved the job)? Then the job carries on with it (its create is
+        idempotent per attempt) rather than end and leave it to the reaper."""
+        owner, attempt = next_attempt(self, job)
+        rental = self.rentals.get(f"{owner}:{attempt}")
+        if rental is None:
+            return False
+        return rental.state in ("active", "stopped") or (
+            rental.state == "intent" and self.rentals.create_sent_at(rental.id) is not None
+        )
 
     def _recovery_progress(self, job_id: str) -> Step | None:
         """Show the waiting recovery this job's boot works for (its own, or the one it hedges for)
@@ -405,11 +422,19 @@ class ProvisioningService:
 
     def _view(self, job: JobState) -> MarketView:
         offers = []
-        for name in self.providers_for(job.req):
+        names = self.providers_for(job.req)
+        unusable: dict[str, str] = {}
+        for name in names:
             try:
                 offers += self.market_for(name).search_offers(offer_query(job.req, job.shape))
+            except (UserError, AuthFailed) as exc:  # no key, a refused key: skipped while others remain
+                unusable[name] = clean(str(exc).removeprefix(f"{name}: "))
             except MarketError as exc:
                 self.ledger.append(Event(kind="offer_search_failed", job=job.job_id, provider=name, reason=str(exc)))
+        if unusable and len(unusable) == len(names):
+            raise ProvidersUnusable(unusable)
+        for name, why in unusable.items():
+            self._skipped(self.owner_of(job.job_id), name, why)
         held = () if job.standby else tuple(h.policy_view() for h in self._adoptable(job))
         return MarketView(
             offers=tuple(offers),
@@ -417,6 +442,27 @@ class ProvisioningService:
             held=held,
             budget_left_usd=self._budget_left(self.owner_of(job.job_id)),
         )
+
+    def _skipped(self, owner: str, provider: str, why: str) -> None:
+        """A provider the job allows cannot be used: a ledger warning and an alert, once per job and provider."""
+        self.ledger.append(
+            Event(
+                kind="provider_skipped",
+                job=owner,
+                provider=provider,
+                reason=why,
+                idempotency_key=f"{owner}:provider_skipped:{provider}",
+            )
+        )
+        if self.notifier is not None:
+            self.notifier.notify(
+                Alert(
+                    "provider_skipped",
+                    f"{provider} skipped, the job's other providers remain: {why}",
+                    job=owner,
+                    key=f"provider_skipped:{owner}:{provider}",
+                )
+            )
 
     def _budget_left(self, owner: str) -> float | None:
         """What the job's own cap (or the default cap) still has; None when neither is set. The

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 from app.ledger import Event
 from app.policy.fleet import exposure, pool_missing, pool_target, refill_chains, standby_wanted
 from app.policy.provisioning import JobState, WantStandby, hand_over, new_job
+from app.services.provisioning.effects import next_attempt
 from app.services.provisioning.types import Step
 
 if TYPE_CHECKING:
@@ -204,11 +205,14 @@ class Standby:
                 continue
             st, version = loaded
             att = st.attempt
+            # A queued one may have a host its state does not hold yet (a step that recorded the
+            # create died before it saved): that rental is its next attempt's.
+            owner, attempt = next_attempt(svc, st)
+            pending = None if att is not None else svc.rentals.get(f"{owner}:{attempt}")
             if not svc.save([(replace(st, phase="done", attempt=None, failure="no longer needed"), version, None)]):
                 continue
-            if att is not None:
-                rental = svc.rental_of(att.instance_id)
-                if rental is not None and rental.state == "active":
-                    svc.holds.stop_or_destroy(rental, reason="standby no longer needed", evidence=reason, now=now)
-                    out.append(att.instance_id)
+            rental = svc.rental_of(att.instance_id) if att is not None else pending
+            if rental is not None and rental.state == "active" and rental.instance_id is not None:
+                svc.holds.stop_or_destroy(rental, reason="standby no longer needed", evidence=reason, now=now)
+                out.append(rental.instance_id)
         return out
