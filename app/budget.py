@@ -9,7 +9,7 @@ Each reservation, release and settlement is also a ledger event in the same tran
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -283,6 +283,14 @@ class Budget:
             )
             return {str(r) for r in rows.scalars()}
 
+    def caps_of(self, reservation_ids: Collection[str]) -> set[str]:
+        """The caps these reservations are held against (one query)."""
+        if not reservation_ids:
+            return set()
+        with read_connection(self.engine) as conn:
+            rows = conn.execute(select(_RES.c.budget).where(_RES.c.id.in_(list(reservation_ids))).distinct())
+            return {str(r) for r in rows.scalars()}
+
     def unit_of_reservation(self, reservation_id: str) -> str:
         with read_connection(self.engine) as conn:
             unit = conn.execute(
@@ -338,9 +346,13 @@ class Budget:
             conn=conn,
         )
 
-    def status(self) -> list[BudgetStatus]:
+    def status(self, names: Collection[str] | None = None) -> list[BudgetStatus]:
+        """Each cap (or only `names`) with what is reserved and spent in its current period."""
         with read_connection(self.engine) as conn:
-            caps = conn.execute(select(_CAPS).order_by(_CAPS.c.name)).all()
+            q = select(_CAPS).order_by(_CAPS.c.name)
+            if names is not None:
+                q = q.where(_CAPS.c.name.in_(list(names)))
+            caps = conn.execute(q).all()
             out = []
             now_ts = datetime.now(UTC).timestamp()
             for c in caps:

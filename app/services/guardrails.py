@@ -474,8 +474,14 @@ def sweep_budgets(
     end_job: Callable[[str, str, str], bool] | None = None,
     job_phase: JobPhaseOf | None = None,
     checkpoint_wait_s: float = BUDGET_CHECKPOINT_WAIT_S,
+    only_job: str | None = None,
 ) -> SweepReport:
     """Spend against every cap: warn at 80%, and at the cap end what spends under it.
+
+    With `only_job`, a job's own monitor chain holds its caps (`SupervisorService.guard_budget`):
+    only the caps its live rentals reserve against are read, each cap's level still counts every
+    rental under it, and only that job's rentals are stopped. The budget monitor is a beat task;
+    this keeps the caps when beat is paused or gone.
 
     The level is the fleet policy's (`app.policy.fleet.budget_verdict`): what was billed plus
     what still bills for `budget_guard_s`, so the stop comes before the next sweep could overspend.
@@ -505,11 +511,18 @@ def sweep_budgets(
     report = SweepReport("budget_monitor")
     now = _time.time() if now is None else now
     live = rentals.all(states=("active", "stopped")) if rentals is not None else []
-    for s in budget.status():
+    # Each live rental's reservations read once per pass, not once per cap (a cap per job: caps x live).
+    reserved = {r.id: set(rentals.reservations_of(r.id)) for r in live} if rentals is not None else {}
+    names: set[str] | None = None
+    if only_job is not None:
+        names = budget.caps_of({rid for r in live if r.job == only_job for rid in reserved[r.id]})
+        if not names:
+            return report
+    for s in budget.status(names):
         try:
             report.examined += 1
             held = budget.held(s.name)
-            mine = [r for r in live if rentals is not None and held & set(rentals.reservations_of(r.id))]
+            mine = [r for r in live if held & reserved[r.id]]
             spent = _spend(rentals, mine, unit=s.unit, spent_usd=s.spent_usd, now=now)
             burn = sum(_burn_per_s(r, unit=s.unit) for r in mine)
             level = budget_verdict(spent_usd=spent, burn_usd_per_s=burn, cap_usd=s.cap_usd, cfg=cfg)
@@ -529,7 +542,7 @@ def sweep_budgets(
             if level != "stop" or rentals is None or markets is None:
                 continue
             ended: set[str] = set()
-            for r in mine:
+            for r in mine if only_job is None else [r for r in mine if r.job == only_job]:
                 try:
                     _stop_at_cap(
                         rentals,

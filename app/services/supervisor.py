@@ -44,7 +44,7 @@ from __future__ import annotations
 import json
 import shlex
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
@@ -424,6 +424,36 @@ class SupervisorService:
                 conn.execute(_T.update().where(_T.c.job_id == job_id).values(**values))
         return seq
 
+    def guard_budget(self, job_id: str) -> list[str]:
+        """The job's caps, held by its own monitor chain at every poll (beat or no beat): when a cap
+        it reserves against reaches its stop level (billed plus `budget_guard_s` of burn, every
+        rental under the cap counted), this job's host is stopped for the budget and its next look
+        pauses the job, as the budget monitor would. That monitor is a beat task: a paused or lost
+        beat must not let a host bill past its cap. Returns the instances stopped; a failure is
+        written down and the poll goes on (the beat's monitor is the other line of defence)."""
+        from app.services.guardrails import sweep_budgets
+
+        rentals = self.provisioning.rentals
+        try:
+            report = sweep_budgets(
+                rentals.budget,
+                notifier=self.notifier,
+                rentals=rentals,
+                markets=_MarketsOf(self.provisioning.market_for),
+                now=self.clock.now(),
+                checkpoint_safe=lambda job: checkpoint_safe(self.engine, job),
+                job_phase=lambda job: "training",  # this job trains: its host is paused, never ended
+                only_job=job_id,
+            )
+        except Exception as exc:
+            self.ledger.append(
+                Event(kind="supervisor_error", job=job_id, reason=f"budget guard: {type(exc).__name__}: {exc}"[:500])
+            )
+            return []
+        for err in report.errors:
+            self.ledger.append(Event(kind="supervisor_error", job=job_id, reason=f"budget guard: {err}"[:500]))
+        return [i for i in report.stopped if i]
+
     def end_chain(self, job_id: str) -> None:
         """The operator cancelled the job (app.services.lifecycle): a monitor task still queued finds
         its sequence number stale and ends; what the watch kept of the ended run's host (a loss
@@ -469,6 +499,7 @@ class SupervisorService:
             phase = "unknown" if loaded is None else loaded[0].phase
             return MonitorStep(job_id, "none", detail=f"job is {phase}, not training")
         att = loaded[0].attempt
+        self.guard_budget(job_id)
         if watch.instance_id != att.instance_id:
             watch.instance_id, watch.launched, watch.ssh_failures, watch.same_host_restarts = (
                 att.instance_id,
@@ -1287,6 +1318,28 @@ class SupervisorService:
         self.jobs.set_phase(job_id, "failed", detail=f"trainer died: {answer.state}; {answer.action}")
         self.jobs.run_failed(job_id, detail=f"trainer died: {answer.state}")
         return MonitorStep(job_id, "none", detail="job stopped; operator told")
+
+
+class _MarketsOf(Mapping[str, Market]):
+    """The provisioning service's markets as the mapping the sweeps read (built on first use)."""
+
+    def __init__(self, market_for: Callable[[str], Market]) -> None:
+        self._market_for = market_for
+
+    def __getitem__(self, name: str) -> Market:
+        return self._market_for(name)
+
+    def get(self, name: str, default: Any = None) -> Any:
+        try:
+            return self._market_for(name)
+        except Exception:
+            return default
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(())
+
+    def __len__(self) -> int:
+        return 0
 
 
 def _job_json(bundle: Bundle, w: Watch | None) -> dict[str, Any]:
