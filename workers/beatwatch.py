@@ -8,9 +8,10 @@ the notifier directly (the alert outbox is flushed by a beat task too, so it is 
 The alert's key is per task and hour, so several workers and repeated checks send it once.
 A worker gives beat three intervals from its own start before it counts a task that never ran.
 
-The money sweeps (FALLBACK_TASKS) are not left to beat alone: one interval plus FALLBACK_SLACK_S
-after a money sweep last succeeded, a worker sends it itself, once per interval across the fleet
-(a Redis SET NX key). The sweeps are safe to run beside a resumed beat's (each stop is made once).
+The money sweeps (FALLBACK_TASKS: budget monitor, reaper, idle watchdog, reconciler) are not left
+to beat alone: one interval plus FALLBACK_SLACK_S after one last succeeded, a worker sends it
+itself, once per interval across the fleet (a Redis SET NX key). The sweeps are safe to run beside
+a resumed beat's (each stop is made once).
 """
 
 from __future__ import annotations
@@ -22,11 +23,12 @@ from typing import Any
 
 __all__ = ["FALLBACK_SLACK_S", "FALLBACK_TASKS", "BeatWatch", "due_fallbacks", "late_tasks"]
 
-# The sweeps that stop money. When beat is late with one of them, the workers send it themselves
+# The sweeps that stop money (the reconciler stops what a lost create answer left running unknown
+# to the registry, which no cap counts yet). When beat is late with one of them, the workers send it themselves
 # (once per interval across the fleet): a paused or lost beat must not let hosts bill past their
 # caps or kill-times. The budget monitor's stop looks `budget_guard_s` (90 s) ahead, so its
 # fallback comes within that: one interval (60 s) plus FALLBACK_SLACK_S.
-FALLBACK_TASKS = ("budget-monitor", "reaper", "idle-watchdog")
+FALLBACK_TASKS = ("budget-monitor", "reaper", "idle-watchdog", "reconciler")
 FALLBACK_SLACK_S = 20.0
 
 

@@ -25,6 +25,6 @@ def test_a_worker_without_beat_runs_the_budget_monitor_itself(th_env: dict[str, 
         ]
         log = worker.log.read_text()
         assert "Task tuneharness.maintenance.budget_monitor[" in log
-        assert "Task tuneharness.maintenance.reconcile[" not in log  # only the sweeps that stop money
+        assert "Task tuneharness.maintenance.redrive[" not in log  # only the sweeps that stop money
     finally:
         worker.stop()
