@@ -31,9 +31,7 @@ def _workers_check(env: dict[str, str]) -> dict[str, object]:
 @pytest.mark.slow
 @pytest.mark.postgres
 def test_two_machines_on_sqlite_are_refused_and_on_postgresql_pass(th_env: dict[str, str], pg_url: str) -> None:
-    workers = [
-        CeleryWorker.start(th_env, cwd=REPO, queues="maintenance", node=f"w@machine-{m}") for m in ("a", "b")
-    ]
+    workers = [CeleryWorker.start(th_env, cwd=REPO, queues="maintenance", node=f"w@machine-{m}") for m in ("a", "b")]
     try:
         on_sqlite = _workers_check(th_env)
         assert on_sqlite["ok"] is False and "2 machine(s): machine-a, machine-b" in str(on_sqlite["detail"])

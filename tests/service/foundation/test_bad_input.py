@@ -112,7 +112,10 @@ def _triage_jsonl(row: str) -> Callable[[Path], list[str]]:
     return setup
 
 
-GATE = "gate: {config: {metric: accuracy, min_canaries: 0}, eval: eval.jsonl, baseline: predictions:eval.jsonl, timeout_s: %s}\n"
+GATE = (
+    "gate: {config: {metric: accuracy, min_canaries: 0}, eval: eval.jsonl, baseline: predictions:eval.jsonl, "
+    "timeout_s: %s}\n"
+)
 
 # (id, how to build the command, words the one line on stderr must hold)
 CASES: list[tuple[str, Callable[[Path], list[str]], str]] = [
