@@ -1,4 +1,4 @@
-"""Issue 29 through real Celery workers: an error a worker meets on a job's behalf reaches the job.
+"""Through real Celery workers: an error a worker meets on a job's behalf reaches the job.
 
 - The shipped example job (providers vast, runpod, sim) with no vendor key, on the shared simulated
   marketplace: vast and runpod are skipped with a warning and both training runs rent on sim
