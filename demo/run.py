@@ -629,6 +629,25 @@ def triage_real_logs() -> None:
     sh("triage", str(saving), "--no-specialist", "--no-llm")
 
 
+def operators_cockpit() -> None:
+    section("10. The operator's cockpit: a job's timeline, every page in one file, Prometheus, a cost plan")
+    import json
+
+    jobs = json.loads(sh("jobs", "--json", show=False, echo=False).stdout)
+    seed_run = next((j["job_id"] for j in jobs if str(j["job_id"]).endswith("-seed-1")), None)
+    if seed_run is not None:
+        sh("jobs", "show", seed_run, limit_lines=30)
+    report = DEMO / "report.html"
+    sh("report", "--html", str(report))
+    console.print(
+        f"{report} ({report.stat().st_size // 1024} KiB): fleet, money, reliability and each job, with its "
+        "plots, in one file that references nothing outside it (`tuneharness web` serves the same pages live)"
+    )
+    sh("metrics", limit_lines=14)
+    console.print("what 4 jobs of 3 h on an A100 would cost, three ways (5 seeds here; 30 by default):")
+    sh("plan", "--gpu", "A100", "--train-hours", "3", "--jobs", "4", "--seeds", "5")
+
+
 def main() -> None:
     if DEMO.exists():
         shutil.rmtree(DEMO)
@@ -643,6 +662,7 @@ def main() -> None:
     money_guardrails()
     ledger_integrity()
     triage_real_logs()
+    operators_cockpit()
     console.print()
     console.print(Rule("[bold green]demo finished"))
 

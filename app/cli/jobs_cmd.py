@@ -201,6 +201,7 @@ def show(
         typer.echo(f"  {f['at'][:19]}  {f['kind']:<14} {f['machine']}{seen}  {f['reason'][:60]}  {f['evidence'][:60]}")
     typer.echo("recoveries:" if t["recoveries"] else "recoveries: none")
     for r in t["recoveries"]:
-        typer.echo(f"  {r['at'][:19]}  {r['cause']} on {r['lost_machine']} -> {r['machine']}: {r['recovery_s']}s")
+        took = "-" if r["recovery_s"] is None else f"{float(r['recovery_s']):.0f} s"
+        typer.echo(f"  {r['at'][:19]}  {r['cause']} on {r['lost_machine']} -> {r['machine']}: {took}")
     money = ", ".join(f"{k} ${v:.4f}" for k, v in t["money_by_cause_usd"].items()) or "nothing billed"
     typer.echo(f"money: ${t['total_usd']:.4f} ({money})")
