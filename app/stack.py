@@ -26,20 +26,43 @@ from app.settings import Settings
 from app.settings_catalogue import secret_names
 from app.stackstate import StackState
 
-__all__ = ["ALL_QUEUES", "Stack", "broker_reachable", "free_port", "refuse_open_flower", "wait_until"]
+__all__ = [
+    "ALL_QUEUES",
+    "Stack",
+    "broker_reachable",
+    "free_port",
+    "is_loopback",
+    "port_free",
+    "refuse_open_flower",
+    "wait_until",
+]
 
 ALL_QUEUES = "provision,ssh,monitor,evaluate,maintenance"
+
+
+def is_loopback(host: str) -> bool:
+    """Is `host` an address only this machine reaches (what Flower, the pages and metrics may listen
+    on without authentication)?"""
+    host = host.strip()
+    return host in ("localhost", "::1") or host.startswith("127.")
 
 
 def refuse_open_flower(settings: Settings) -> None:
     """Flower shows every task's arguments and can revoke tasks: on an address other machines reach
     it needs basic auth, and without it nothing is started."""
     addr = settings.flower_address.strip()
-    loopback = addr in ("localhost", "::1") or addr.startswith("127.")
-    if not loopback and not (settings.flower_user and settings.flower_password):
+    if not is_loopback(addr) and not (settings.flower_user and settings.flower_password):
         raise UserError(
             f"Flower would listen on {addr} without authentication. Fix: set TUNEHARNESS_FLOWER_USER and "
             "TUNEHARNESS_FLOWER_PASSWORD, keep TUNEHARNESS_FLOWER_ADDRESS=127.0.0.1, or pass --no-flower"
+        )
+
+
+def _popen(argv: list[str], env: Mapping[str, str], log: Path) -> subprocess.Popen[bytes]:
+    """A child in its own session (a signal to `up` is not sent to it), its output appended to `log`."""
+    with log.open("ab") as fh:
+        return subprocess.Popen(
+            argv, stdout=fh, stderr=subprocess.STDOUT, env=dict(env), cwd=str(Path.cwd()), start_new_session=True
         )
 
 
@@ -163,29 +186,13 @@ class Stack:
     def _spawn(self, name: str, argv: list[str], env: Mapping[str, str] | None = None) -> Child:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         log = self.run_dir / f"{name}.log"
-        with log.open("ab") as fh:
-            proc = subprocess.Popen(
-                argv,
-                stdout=fh,
-                stderr=subprocess.STDOUT,
-                env=dict(env or self.env()),
-                cwd=str(Path.cwd()),
-                start_new_session=True,
-            )
-        child = Child(name, proc, log, argv=list(argv), env=dict(env or self.env()))
+        child_env = dict(env or self.env())
+        child = Child(name, _popen(argv, child_env, log), log, argv=list(argv), env=child_env)
         self.children.append(child)
         return child
 
     def _respawn(self, child: Child) -> None:
-        with child.log.open("ab") as fh:
-            child.proc = subprocess.Popen(
-                child.argv,
-                stdout=fh,
-                stderr=subprocess.STDOUT,
-                env=child.env,
-                cwd=str(Path.cwd()),
-                start_new_session=True,
-            )
+        child.proc = _popen(child.argv, child.env, child.log)
 
     def start_broker(self) -> None:
         url = self.settings.broker_url

@@ -42,19 +42,15 @@ def _countdown_s(wake_at: float) -> float:
     return min(float(MAX_COUNTDOWN_S), clock.wall_seconds(max(0.0, wake_at - clock.now())))
 
 
-def _cancelled(job_id: str) -> bool:
+def _phase(job_id: str) -> str | None:
+    """The job's phase in the job table (None: no such job). A `cancelled` job's chain ends quietly; a
+    `blocked` one waits on the operator (`app.blocking`) until `tuneharness resume`."""
     rec = bootstrap.jobs().get(job_id)
-    return rec is not None and rec.phase == "cancelled"
-
-
-def _blocked(job_id: str) -> bool:
-    """The job waits on the operator (`app.blocking`): no step runs for it until `tuneharness resume`."""
-    rec = bootstrap.jobs().get(job_id)
-    return rec is not None and rec.phase == "blocked"
+    return None if rec is None else rec.phase
 
 
 def schedule(step: Step) -> dict[str, Any]:
-    if not step.standby and _cancelled(step.job_id):
+    if not step.standby and _phase(step.job_id) == "cancelled":
         # cancelled while this step ran (`tuneharness cancel`): its chain ends here, quietly
         return {"job": step.job_id, "phase": "cancelled"}
     # Standby jobs this step started (a hedge, a pool top-up) go through the same tasks at once;
@@ -110,7 +106,7 @@ def provision(self: Any, job_id: str) -> dict[str, Any]:
 @task("provision", "watch_boot")
 def watch_boot(self: Any, job_id: str) -> dict[str, Any]:
     """One look at the job: a queued job picks an offer, a booting one has its status line read."""
-    if _blocked(job_id):
+    if _phase(job_id) == "blocked":
         return {"job": job_id, "phase": "blocked"}
     try:
         step = bootstrap.provisioning().step(job_id)

@@ -52,8 +52,9 @@ def metrics(
     port = port or DEFAULT_PORT
     if not 1 <= port <= 65535:
         raise UserError(f"--port {port} is not a TCP port. Fix: pass a port from 1 to 65535")
-    loopback = host in ("localhost", "::1") or host.startswith("127.")
-    if not loopback and not allow_remote:
+    from app.stack import is_loopback
+
+    if not is_loopback(host) and not allow_remote:
         raise UserError(
             f"metrics would listen on {host}, which other machines may reach, and they show the fleet's spend. "
             "Fix: keep --host 127.0.0.1 (Prometheus on this machine or an SSH tunnel), or pass --allow-remote "

@@ -34,6 +34,7 @@ from typing import Any
 from urllib.parse import unquote, urlsplit
 
 from app.errors import UserError
+from app.stack import is_loopback
 from app.web import data, pages
 
 __all__ = ["DEFAULT_PORT", "WebServer", "is_loopback", "refuse_open_web", "serve", "web_argv"]
@@ -45,11 +46,6 @@ CSP = (
     "base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
 )
 log = logging.getLogger("tuneharness.web")
-
-
-def is_loopback(host: str) -> bool:
-    host = host.strip()
-    return host in ("localhost", "::1") or host.startswith("127.")
 
 
 def refuse_open_web(host: str, *, user: str | None, password: str | None) -> None:

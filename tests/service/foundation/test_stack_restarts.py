@@ -14,7 +14,7 @@ from app.errors import UserError
 from app.settings import load_settings
 from app.stack import MAX_RESTARTS, RESTART_WINDOW_S, Stack
 
-SLEEPER = [sys.executable, "-c", "import time; print('up', flush=True); time.sleep(120)"]
+SLEEPER = [sys.executable, "-c", "import signal; print('up', flush=True); signal.pause()"]  # runs until killed
 
 
 def _stack(tmp_path: Path) -> Stack:
