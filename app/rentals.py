@@ -255,6 +255,18 @@ class Rentals:
         with read_connection(self.engine) as conn:
             return [_row(r) for r in conn.execute(q)]
 
+    def billing(self) -> list[Rental]:
+        """Every rental that bills or may bill: active, stopped, and intents whose create was sent
+        (the vendor may have rented it and its answer was lost: it bills from its create, unseen)."""
+        sent = select(_S.c.rental_id)
+        q = (
+            select(_T)
+            .where(_T.c.state.in_(("active", "stopped")) | ((_T.c.state == "intent") & _T.c.id.in_(sent)))
+            .order_by(_T.c.created_at, _T.c.id)
+        )
+        with read_connection(self.engine) as conn:
+            return [_row(r) for r in conn.execute(q)]
+
     def offer_of(self, rental_id: str) -> Offer:
         with read_connection(self.engine) as conn:
             text = conn.execute(select(_T.c.offer_json).where(_T.c.id == rental_id)).scalar_one()

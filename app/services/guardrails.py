@@ -427,9 +427,9 @@ def _burn_per_s(r: Rental, *, unit: str) -> float:
     """What one rental adds to a cap every second from now on: GPU minutes, or dollars (GPU while
     running, storage while stopped or running)."""
     if unit == "gpu_minutes":
-        return 1.0 / 60.0 if r.state == "active" else 0.0
+        return 1.0 / 60.0 if r.billing_gpu else 0.0
     storage = (r.storage_per_gb_month or 0.0) * r.disk_gb / 720.0 / 3600.0
-    return storage + ((r.rate_usd_per_hour or 0.0) / 3600.0 if r.state == "active" else 0.0)
+    return storage + ((r.rate_usd_per_hour or 0.0) / 3600.0 if r.billing_gpu else 0.0)
 
 
 def _spend(rentals: Rentals | None, mine: list[Rental], *, unit: str, spent_usd: float, now: float) -> float:
@@ -449,7 +449,7 @@ def budget_room(budget: Budget, rentals: Rentals, rental: Rental, *, now: float)
 
     cfg = guarded_config()
     ours = set(rentals.reservations_of(rental.id))
-    live = rentals.all(states=("active", "stopped"))
+    live = rentals.billing()
     running = replace(rental, state="active")
     for s in budget.status():
         held = budget.held(s.name)
@@ -499,7 +499,9 @@ def sweep_budgets(
     supervisor pauses the job until the cap has room again, then restarts the host and goes on.
 
     Spend is what was billed: settled reservations plus what live rentals have billed so far
-    (GPU while running, storage while stopped), not what is merely reserved. New creates are
+    (GPU while running, storage while stopped), not what is merely reserved. A create whose answer
+    was lost counts as billing from its create, since the vendor may be running it unseen; at the
+    cap it is looked for by its label, adopted and destroyed (it never held work). New creates are
     refused by the reservation itself, naming the cap.
     """
     import time as _time
@@ -510,7 +512,7 @@ def sweep_budgets(
     cfg = guarded_config()
     report = SweepReport("budget_monitor")
     now = _time.time() if now is None else now
-    live = rentals.all(states=("active", "stopped")) if rentals is not None else []
+    live = rentals.billing() if rentals is not None else []
     # Each live rental's reservations read once per pass, not once per cap (a cap per job: caps x live).
     reserved = {r.id: set(rentals.reservations_of(r.id)) for r in live} if rentals is not None else {}
     names: set[str] | None = None
@@ -583,6 +585,8 @@ def _stop_at_cap(
     checkpoint_wait_s: float,
 ) -> None:
     market = markets.get(r.provider)
+    if market is not None and r.state == "intent":
+        return _destroy_unconfirmed_at_cap(rentals, market, r, s, report, spent=spent, now=now)
     if market is None or r.state != "active" or r.job in ended:
         return
     forced = False
@@ -625,6 +629,23 @@ def _stop_at_cap(
         evidence["checkpoint_wait_over_s"] = checkpoint_wait_s  # stopped without a safe checkpoint
     if rentals.stop(r.id, market=market, reason="budget_stop", kind="instance_stopped", now=now, evidence=evidence):
         report.stopped.append(r.instance_id or "")
+
+
+def _destroy_unconfirmed_at_cap(
+    rentals: Rentals, market: Market, r: Rental, s: BudgetStatus, report: SweepReport, *, spent: float, now: float
+) -> None:
+    """A cap reached while a create's answer is still unknown: look for its label; what the vendor
+    rented is adopted and destroyed (it never held work, so automation may). Not listed: nothing to
+    stop yet, the next pass looks again. A failed listing raises, and the sweep reports it."""
+    found = [i for i in market.list_instances(r.label) if i.label == r.label and i.state != "gone"]
+    if not found:
+        report.warnings.append(f"{s.name}:unconfirmed-create-not-listed:{r.id}")
+        return
+    if rentals.adopt(r.id, found[0].instance_id, now=now) is None:
+        return  # its own create recorded it meanwhile: the next pass ends it like any host under the cap
+    evidence = {"budget": s.name, "spent": round(spent, 6), "cap": s.cap_usd, "stopped_by": StopReason.BUDGET.value}
+    if rentals.destroy(r.id, market=market, by="automation", reason="budget_stop", now=now, evidence=evidence):
+        report.stopped.append(found[0].instance_id)
 
 
 def known_sightings(engine: Engine) -> dict[tuple[str, str], float]:
