@@ -291,6 +291,14 @@ class Budget:
             rows = conn.execute(select(_RES.c.budget).where(_RES.c.id.in_(list(reservation_ids))).distinct())
             return {str(r) for r in rows.scalars()}
 
+    def held_usd(self, reservation_id: str) -> float | None:
+        """What a reservation still holds (None when it is closed or unknown)."""
+        with read_connection(self.engine) as conn:
+            amount = conn.execute(
+                select(_RES.c.amount_usd).where(_RES.c.id == reservation_id, _RES.c.state == HELD)
+            ).scalar()
+        return None if amount is None else float(amount)
+
     def unit_of_reservation(self, reservation_id: str) -> str:
         with read_connection(self.engine) as conn:
             unit = conn.execute(

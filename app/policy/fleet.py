@@ -306,6 +306,16 @@ def budget_verdict(
     return budget_level(committed_usd=spent_usd + max(0.0, burn_usd_per_s) * cfg.budget_guard_s, cap_usd=cap_usd)
 
 
+def unconfirmed_create_verdict(
+    *, billed_usd: float, burn_usd_per_s: float, reserved_usd: float, cfg: ProvisioningConfig
+) -> Literal["wait", "end"]:
+    """A create whose answer was lost may be running unseen at the vendor. It is looked for by its
+    label and ended once what it billed plus `unconfirmed_guard_s` of its burn would reach what was
+    reserved for it: the look-up may fail several passes in a row, and it must still end in time."""
+    committed = billed_usd + max(0.0, burn_usd_per_s) * cfg.unconfirmed_guard_s
+    return "end" if committed >= reserved_usd else "wait"
+
+
 def budget_exhausted(*, budget_left_usd: float | None, cheapest_attempt_usd: float, anything_live: bool) -> bool:
     """Nothing is rented any more and what is left of the budget cannot pay for one attempt: the
     jobs still waiting end at the cap instead of waiting for money that will not come. No offer

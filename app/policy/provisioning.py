@@ -181,6 +181,10 @@ class ProvisioningConfig:
     # still bills would reach it (app.policy.fleet).
     reserve_factor: float = 1.3
     budget_guard_s: float = 90.0
+    # A create whose answer was lost bills unseen, and ending it takes a listing that may fail: it is
+    # looked for once what it billed plus this long of its burn would reach what was reserved for it
+    # (five budget-monitor passes: four failed look-ups in a row still end it within its reservation).
+    unconfirmed_guard_s: float = 300.0
 
 
 def guarded_config() -> ProvisioningConfig:

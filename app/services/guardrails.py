@@ -463,6 +463,20 @@ def budget_room(budget: Budget, rentals: Rentals, rental: Rental, *, now: float)
     return True
 
 
+def _live_under_caps_of(budget: Budget, rentals: Rentals, job: str) -> list[Rental]:
+    """The billing rentals `job`'s caps count: its own, and any other holding a reservation under
+    one of those caps (a cap shared by several jobs)."""
+    own = rentals.billing(job=job)
+    names = budget.caps_of({rid for r in own for rid in rentals.reservations_of(r.id)})
+    held: set[str] = set()
+    for name in names:
+        held |= budget.held(name)
+    if not held:
+        return own
+    mine = {r.id for r in own}
+    return own + [r for r in rentals.billing(holding=held) if r.id not in mine]
+
+
 def sweep_budgets(
     budget: Budget,
     *,
@@ -512,7 +526,12 @@ def sweep_budgets(
     cfg = guarded_config()
     report = SweepReport("budget_monitor")
     now = _time.time() if now is None else now
-    live = rentals.billing() if rentals is not None else []
+    if rentals is not None and only_job is not None:
+        # One job's caps: only the rentals that can count under them, never the whole fleet (a job's
+        # monitor asks at every poll, so a read of every rental here grows with the fleet squared).
+        live = _live_under_caps_of(budget, rentals, only_job)
+    else:
+        live = rentals.billing() if rentals is not None else []
     # Each live rental's reservations read once per pass, not once per cap (a cap per job: caps x live).
     reserved = {r.id: set(rentals.reservations_of(r.id)) for r in live} if rentals is not None else {}
     names: set[str] | None = None
@@ -520,6 +539,8 @@ def sweep_budgets(
         names = budget.caps_of({rid for r in live if r.job == only_job for rid in reserved[r.id]})
         if not names:
             return report
+    if rentals is not None and markets is not None:
+        _end_unconfirmed_creates(budget, rentals, markets, live, report, only_job=only_job, now=now)
     for s in budget.status(names):
         try:
             report.examined += 1
@@ -586,7 +607,8 @@ def _stop_at_cap(
 ) -> None:
     market = markets.get(r.provider)
     if market is not None and r.state == "intent":
-        return _destroy_unconfirmed_at_cap(rentals, market, r, s, report, spent=spent, now=now)
+        found: dict[str, object] = {"budget": s.name, "spent": round(spent, 6), "cap": s.cap_usd}
+        return _end_unconfirmed(rentals, market, r, report, why=s.name, evidence=found, now=now)
     if market is None or r.state != "active" or r.job in ended:
         return
     forced = False
@@ -631,19 +653,61 @@ def _stop_at_cap(
         report.stopped.append(r.instance_id or "")
 
 
-def _destroy_unconfirmed_at_cap(
-    rentals: Rentals, market: Market, r: Rental, s: BudgetStatus, report: SweepReport, *, spent: float, now: float
+def _end_unconfirmed_creates(
+    budget: Budget,
+    rentals: Rentals,
+    markets: Mapping[str, Market],
+    live: list[Rental],
+    report: SweepReport,
+    *,
+    only_job: str | None,
+    now: float,
 ) -> None:
-    """A cap reached while a create's answer is still unknown: look for its label; what the vendor
-    rented is adopted and destroyed (it never held work, so automation may). Not listed: nothing to
-    stop yet, the next pass looks again. A failed listing raises, and the sweep reports it."""
+    """Each create whose answer was lost is ended before it can bill past its own reservation
+    (`app.policy.fleet.unconfirmed_create_verdict`), whatever the level of the caps above it."""
+    from app.policy.fleet import unconfirmed_create_verdict
+    from app.policy.provisioning import guarded_config
+
+    cfg = guarded_config()
+    for r in live:
+        market = markets.get(r.provider)
+        if r.state != "intent" or market is None or r.reservation_id is None or only_job not in (None, r.job):
+            continue
+        try:
+            reserved = budget.held_usd(r.reservation_id)
+            if reserved is None:
+                continue
+            billed = rentals.spent_usd(r, now=now)
+            verdict = unconfirmed_create_verdict(
+                billed_usd=billed, burn_usd_per_s=_burn_per_s(r, unit="usd"), reserved_usd=reserved, cfg=cfg
+            )
+            if verdict == "end":
+                seen: dict[str, object] = {"billed": round(billed, 6), "reserved": round(reserved, 6)}
+                _end_unconfirmed(rentals, market, r, report, why="reservation", evidence=seen, now=now)
+        except Exception as exc:  # one instance's failure never stops the others
+            report.errors.append(_error(r.id, exc))
+
+
+def _end_unconfirmed(
+    rentals: Rentals,
+    market: Market,
+    r: Rental,
+    report: SweepReport,
+    *,
+    why: str,
+    evidence: dict[str, object],
+    now: float,
+) -> None:
+    """A create whose answer was lost, at its cap or its reservation: look for its label; what the
+    vendor rented is adopted and destroyed (it never held work, so automation may). Not listed:
+    nothing to stop yet, the next pass looks again. A failed listing raises, and the sweep reports it."""
     found = [i for i in market.list_instances(r.label) if i.label == r.label and i.state != "gone"]
     if not found:
-        report.warnings.append(f"{s.name}:unconfirmed-create-not-listed:{r.id}")
+        report.warnings.append(f"{why}:unconfirmed-create-not-listed:{r.id}")
         return
     if rentals.adopt(r.id, found[0].instance_id, now=now) is None:
         return  # its own create recorded it meanwhile: the next pass ends it like any host under the cap
-    evidence = {"budget": s.name, "spent": round(spent, 6), "cap": s.cap_usd, "stopped_by": StopReason.BUDGET.value}
+    evidence = {**evidence, "stopped_by": StopReason.BUDGET.value}
     if rentals.destroy(r.id, market=market, by="automation", reason="budget_stop", now=now, evidence=evidence):
         report.stopped.append(found[0].instance_id)
 

@@ -48,10 +48,10 @@ def _unconfirmed(rentals: Rentals, market: LostAnswers, clock: VirtualClock, *, 
     return plan.id
 
 
-def test_an_unconfirmed_create_counts_as_billing_and_is_destroyed_at_the_cap(
+def test_an_unconfirmed_create_is_ended_within_its_reservation_though_a_look_up_fails(
     rentals: Rentals, clock: VirtualClock
 ) -> None:
-    """The vendor runs an instance we never heard back about; the budget monitor destroys it at the cap."""
+    """The vendor runs an instance we never heard back about; the budget monitor ends it within its reservation."""
     market = LostAnswers(make_market([host(1)], clock))
     rid = _unconfirmed(rentals, market, clock, cap=0.5)
     assert rentals.get(rid).state == "intent"  # type: ignore[union-attr]
@@ -64,15 +64,55 @@ def test_an_unconfirmed_create_counts_as_billing_and_is_destroyed_at_the_cap(
     while (r := rentals.get(rid)) is not None and r.state == "intent":  # the monitor, once a minute
         clock.advance(60)
         reports.append(sweep_budgets(rentals.budget, now=clock.now(), **kw))  # type: ignore[arg-type]
-    failed, stopped = reports[-2:]
-    assert failed.warnings == ["job-u:stop"] and failed.stopped == [] and failed.errors  # the listing failed
+    failed, ended = reports[-2:]
+    assert failed.stopped == [] and failed.errors  # the first look-up by label failed
     assert r is not None and r.instance_id is not None and r.state == "destroyed"
-    assert stopped.stopped == [r.instance_id]
+    assert ended.stopped == [r.instance_id]
     assert market.inner.status(r.instance_id).state == "gone"
     kinds = [e.kind for e in rentals.ledger.rows(job="u")]
     assert kinds[-3:] == ["instance_created", "instance_destroyed", "budget_settled"]
     status = rentals.budget.status(["job-u"])[0]
     assert status.reserved_usd == 0.0 and status.spent_usd <= status.cap_usd
+
+
+def test_a_cap_reached_by_other_hosts_ends_an_unconfirmed_create_too(rentals: Rentals, clock: VirtualClock) -> None:
+    """A host billing past its own reservation brings the cap; the unconfirmed create under it is ended with it."""
+    market = LostAnswers(make_market([host(1), host(2)], clock))
+    market.listing_fails = 0
+    rentals.budget.set_cap("job-u", 1.0)
+    offers = market.inner.search_offers(OfferQuery(limit=0))
+    first = rentals.plan(
+        job="u",
+        attempt=1,
+        offer=offers[0],
+        disk_gb=10,
+        ttl_s=99_999,
+        now=clock.now(),
+        reserve_usd=0.2,
+        budget_name="job-u",
+    )
+    a = rentals.execute(first.id, market=market.inner, now=clock.now(), spec=SPEC)
+    clock.advance(8 * 3600)
+    second = rentals.plan(
+        job="u",
+        attempt=2,
+        offer=offers[1],
+        disk_gb=10,
+        ttl_s=99_999,
+        now=clock.now(),
+        reserve_usd=0.3,
+        budget_name="job-u",
+    )
+    with pytest.raises(CreateUnconfirmed):
+        rentals.execute(second.id, market=market, now=clock.now(), spec=SPEC)  # type: ignore[arg-type]
+    kw = {"rentals": rentals, "markets": {"sim": market}}
+    reports = []
+    while (b := rentals.get(second.id)) is not None and b.state == "intent":
+        clock.advance(60)
+        reports.append(sweep_budgets(rentals.budget, now=clock.now(), **kw))  # type: ignore[arg-type]
+    assert reports[-1].warnings == ["job-u:stop"]
+    assert b is not None and b.state == "destroyed" and set(reports[-1].stopped) == {a.instance_id, b.instance_id}
+    assert rentals.spent_usd(b, now=clock.now()) < 0.3 - 0.05  # well within its own reservation: the cap ended it
 
 
 def test_an_unconfirmed_create_not_listed_is_looked_for_again(rentals: Rentals, clock: VirtualClock) -> None:
