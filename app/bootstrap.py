@@ -20,6 +20,7 @@ if TYPE_CHECKING:
 
     from app.alerts import Notifier, OutboxNotifier
     from app.budget import Budget
+    from app.hostkeys import JobKey
     from app.jobs import JobStore
     from app.ledger import Ledger
     from app.market import Instance, Market
@@ -29,8 +30,9 @@ if TYPE_CHECKING:
     from app.reputation import ReputationStore
     from app.services.plan import CampaignReplay
     from app.services.provisioning import ProvisioningService
+    from app.services.research import ResearchService
     from app.services.supervisor import SupervisorService
-    from app.ssh import KeyPair, SSHHostShell
+    from app.ssh import SSHHostShell
     from app.stackstate import StackState
     from app.triage.chain import TriageChain
     from gate.jobs import JobEvaluator
@@ -38,6 +40,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "budget",
+    "check_fleet_store",
     "check_worker_config",
     "configured",
     "engine",
@@ -152,6 +155,13 @@ def enqueue_job(job_id: str) -> None:
     celery_app.send_task("tuneharness.provision.provision", args=[job_id], queue="provision")
 
 
+def enqueue_research(run_id: str, seq: int = 0) -> None:
+    """Hand a research run to the fleet: its tick chain starts (or goes on) at `seq`."""
+    from workers.celery_app import app as celery_app
+
+    celery_app.send_task("tuneharness.maintenance.research_tick", args=[run_id, seq], queue="maintenance")
+
+
 def worker_hosts(timeout_s: float = 2.0) -> dict[str, list[str]]:
     """{machine: [worker names]} of the workers that answer a ping on the broker within `timeout_s`."""
     from workers.celery_app import app as celery_app
@@ -175,6 +185,20 @@ def check_worker_config() -> None:
     from workers.config import check_time_limits
 
     check_time_limits(app.conf, _task_limits())
+
+
+def check_fleet_store(s: Settings | None = None, *, record: bool) -> str | None:
+    """On PostgreSQL (the fleet's database): raise ConfigError unless this machine's artifact store is
+    the one every worker shares (`app.fleetstore`); with `record`, a first worker's becomes it. The
+    verdict's detail; None on SQLite, the one-machine default."""
+    from app.artifacts import open_store
+    from app.fleetstore import check_fleet_store as check
+
+    s = s or settings()
+    if not s.is_postgres:
+        return None
+    location = artifacts_location(s)
+    return check(engine(s), open_store(location), location, record=record).detail
 
 
 def notifier(s: Settings | None = None, *, background: bool = True) -> OutboxNotifier:
@@ -206,6 +230,7 @@ def job_evaluator(s: Settings | None = None, *, notify: Notifier | None = None) 
 
     s = s or settings()
     store = open_store(artifacts_location(s))
+    # trials/ stay on this machine (the path is recorded); the decision, reasons and trial hash go to the database.
     return JobEvaluator(jobs=jobs(s), store=store, gate=gate(s, notify=notify), ledger=ledger(s), work_dir=s.home)
 
 
@@ -330,25 +355,43 @@ def triage_chain(*, with_specialist: bool = True, with_llm: bool = True) -> Tria
 
 def host_shell(inst: Instance, job_id: str, s: Settings | None = None) -> SSHHostShell:
     """An SSH shell on a job's instance: the job's own key, the host key pinned on first contact."""
-    from app.ssh import FileHostKeyPin, HostUnreachable, SSHHostShell
+    from app.ssh import HostUnreachable
 
     if inst.ssh is None:
         raise HostUnreachable(f"{inst.instance_id}: no SSH endpoint (state {inst.state})")
+    return _job_shell(inst, job_id, inst.provider, s, connect_timeout_s=10.0)
+
+
+def _job_shell(
+    inst: Instance, job_id: str, provider: str, s: Settings | None, *, connect_timeout_s: float = 15.0
+) -> SSHHostShell:
+    """The job's key (in memory, from the database) and the instance's host key pinned in the
+    database: any worker on any machine opens the same host the same way."""
+    from app.hostkeys import DbHostKeyPin, legacy_key_dir
+    from app.ssh import SSHHostShell
+
+    assert inst.ssh is not None
+    s = s or settings()
     key = job_keypair(job_id, s)
-    pin = FileHostKeyPin(key.private_key_path.parent / f"host-{inst.provider}-{inst.instance_id}.pub")
-    return SSHHostShell(inst.ssh, key.private_key_path, pin=pin, connect_timeout_s=10.0, fallback=inst.ssh_fallback)
+    legacy = legacy_key_dir(s.home, job_id) / f"host-{provider}-{inst.instance_id}.pub"
+    pin = DbHostKeyPin(engine(s), provider=provider, instance_id=inst.instance_id, legacy_file=legacy)
+    return SSHHostShell(
+        inst.ssh,
+        None,
+        private_key=key.private_key,
+        pin=pin,
+        connect_timeout_s=connect_timeout_s,
+        fallback=inst.ssh_fallback,
+    )
 
 
-def job_keypair(job_id: str, s: Settings | None = None) -> KeyPair:
-    """The job's own SSH keypair under TUNEHARNESS_HOME/keys/<job> (made on first use)."""
-    from app.ssh import KeyPair, generate_keypair
+def job_keypair(job_id: str, s: Settings | None = None) -> JobKey:
+    """The job's own SSH key pair, kept in the fleet's database (made on first use; a key an older
+    home keeps under TUNEHARNESS_HOME/keys/<job> is read once and stored)."""
+    from app.hostkeys import job_key, legacy_key_dir
 
     s = s or settings()
-    directory = s.home / "keys" / job_id
-    private = directory / "id_ed25519"
-    if private.exists():
-        return KeyPair(private, (directory / "id_ed25519.pub").read_text(encoding="utf-8").strip())
-    return generate_keypair(directory, comment=f"tuneharness-{job_id}")
+    return job_key(engine(s), job_id, legacy_dir=legacy_key_dir(s.home, job_id))
 
 
 # The preflight's whole time on the host, the bootstrap included (the policy's preflight_timeout_s),
@@ -370,14 +413,12 @@ def ssh_preflight(market: Market, job_id: str, instance_id: str) -> PreflightRes
 
     from app import hoststack
     from app.policy.provisioning import PreflightResult
-    from app.ssh import CommandTimedOut, FileHostKeyPin, SSHError, SSHHostShell
+    from app.ssh import CommandTimedOut, SSHError
 
     inst = market.status(instance_id)
     if inst.ssh is None:
         return PreflightResult(None, "ssh_unreachable", f"no SSH endpoint (state {inst.state})")
-    key = job_keypair(job_id)
-    pin = FileHostKeyPin(key.private_key_path.parent / f"host-{market.name}-{instance_id}.pub")
-    shell = SSHHostShell(inst.ssh, key.private_key_path, pin=pin, fallback=inst.ssh_fallback)
+    shell = _job_shell(inst, job_id, market.name, None)
     script = Path(__file__).resolve().parents[1] / "trainer" / "preflight.py"
     started = time.monotonic()
     try:
@@ -538,6 +579,8 @@ def supervisor(s: Settings | None = None) -> SupervisorService:
 
     store = open_store(artifacts_location(s))
     prov = provisioning(s)
+    # staging/ is this machine's scratch and cache (pulls on their way to the store, hashes of local
+    # files): rebuilt on demand, nothing another worker needs. What it needs is in the store or the database.
     transfers = TransferService(engine(s), rentals=Rentals(engine(s)), clock=prov.clock, staging=s.home / "staging")
     return SupervisorService(
         engine(s),
@@ -553,6 +596,36 @@ def supervisor(s: Settings | None = None) -> SupervisorService:
         cfg=cfg,
         transfers=transfers,
         hf_endpoint=hf_endpoint(),
+    )
+
+
+def research(s: Settings | None = None) -> ResearchService:
+    """Research runs (docs/research.md): their files under TUNEHARNESS_HOME/research, their jobs
+    submitted to the fleet, their experiments cancelled through the lifecycle service."""
+    import time
+
+    from app.artifacts import open_store
+    from app.rentals import Rentals
+    from app.services.lifecycle import Lifecycle
+    from app.services.research import ResearchService
+
+    s = s or settings()
+    clock = sim_clock()
+
+    def cancel(job_id: str) -> None:
+        Lifecycle(supervisor(s), enqueue=None).cancel(job_id, reason="research run stopped")
+
+    return ResearchService(
+        home=s.home,
+        jobs=jobs(s),
+        ledger=ledger(s),
+        budget=budget(s),
+        rentals=Rentals(engine(s)),
+        engine=engine(s),
+        artifacts=open_store(artifacts_location(s)),
+        enqueue=enqueue_job,
+        cancel=cancel,
+        clock=clock.now if clock is not None else time.time,
     )
 
 

@@ -25,6 +25,7 @@ from app.errors import ServiceUnavailable, UserError
 
 __all__ = [
     "MONEY_COLUMNS",
+    "SCHEMA_LOCK",
     "TABLE_MODULES",
     "advisory_key",
     "init_db",
@@ -37,7 +38,7 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-# Modules that define SQLModel tables; init_db imports them so create_all sees every table.
+# Modules that define SQLModel tables: the metadata the migrations are checked against (app/migrations).
 TABLE_MODULES = [
     "app.ledger",
     "app.budget",
@@ -53,6 +54,9 @@ TABLE_MODULES = [
     "app.services.supervisor",
     "app.services.transfer",
     "app.deliveries",
+    "app.hostkeys",
+    "app.fleetstore",
+    "app.researchstore",
 ]
 
 SQLITE_BUSY_TIMEOUT_MS = 60_000
@@ -209,6 +213,8 @@ def ledger_role_grants(role: str) -> list[str]:
             stmts += [f"REVOKE ALL ON ledger_events FROM {q}", f"GRANT SELECT, INSERT ON ledger_events TO {q}"]
         else:
             stmts.append(f"GRANT SELECT, INSERT, UPDATE, DELETE ON {table} TO {q}")
+    # The role reads which schema revision it runs on; only the owner migrates (`tuneharness db upgrade`).
+    stmts.append(f"GRANT SELECT ON alembic_version TO {q}")
     stmts.append(f"GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA public TO {q}")
     return stmts
 
@@ -245,59 +251,71 @@ def money_check(table: str, column: str) -> CheckConstraint:
     return CheckConstraint(_money_condition(column, lowest), name=_money_name(table, column))
 
 
-def _install_money_checks(conn: Connection, *, postgres: bool) -> None:
-    """Give tables created before the CHECKs existed the same guard: on PostgreSQL the constraint
-    itself (NOT VALID first, so old rows never block a start; validated when they pass); on
-    SQLite, which cannot add a constraint to a table, BEFORE INSERT/UPDATE triggers."""
-    for table, column, lowest in MONEY_COLUMNS:
-        name = _money_name(table, column)
-        if postgres:
-            exists = conn.execute(
-                text("SELECT 1 FROM pg_constraint WHERE conname = :n AND conrelid = to_regclass(:t)"),
-                {"n": name, "t": table},
-            ).first()
-            if exists is not None:
-                continue
-            try:
-                with conn.begin_nested():
-                    cond = _money_condition(column, lowest)
-                    conn.execute(text(f"ALTER TABLE {table} ADD CONSTRAINT {name} CHECK ({cond}) NOT VALID"))
-            except DBAPIError as exc:  # e.g. a role that does not own the table: the owner adds it
-                log.warning("cannot add %s (%s): run `tuneharness` once as the tables' owner", name, exc.orig)
-                continue
-            try:
-                with conn.begin_nested():
-                    conn.execute(text(f"ALTER TABLE {table} VALIDATE CONSTRAINT {name}"))
-            except DBAPIError:
-                log.warning("%s holds rows with non-finite money: %s guards new rows only", table, name)
-            continue
-        created = conn.execute(
-            text("SELECT sql FROM sqlite_master WHERE type = 'table' AND name = :t"), {"t": table}
-        ).scalar()
-        if created is None or name in str(created):
-            continue
-        bad = f"NOT ({_money_condition(column, lowest, prefix='NEW.')})"
-        msg = f"money check: {table}.{column} must be a finite amount"
-        for op, when in (("insert", "INSERT"), ("update", f"UPDATE OF {column}")):
-            conn.execute(
-                text(
-                    f"CREATE TRIGGER IF NOT EXISTS {name}_{op} BEFORE {when} ON {table} "
-                    f"WHEN {bad} BEGIN SELECT RAISE(ABORT, '{msg}'); END"
-                )
-            )
+SCHEMA_LOCK = "tuneharness.schema"
+
+_SQLITE_GUARD_TRIGGERS = ("ledger_no_delete", "ledger_no_replace", "ledger_no_update")
+
+
+def _ledger_guard_in_place(conn: Connection) -> bool:
+    """The ledger's append-only triggers are all there (PostgreSQL: and fire ALWAYS)."""
+    if conn.dialect.name == "postgresql":
+        return _pg_triggers_in_place(conn)
+    rows = conn.execute(
+        text("SELECT name FROM sqlite_master WHERE type = 'trigger' AND tbl_name = 'ledger_events' ORDER BY name")
+    ).all()
+    return set(_SQLITE_GUARD_TRIGGERS) <= {r[0] for r in rows}
+
+
+def _install_ledger_guard(conn: Connection) -> None:
+    for stmt in _PG_TRIGGERS if conn.dialect.name == "postgresql" else _SQLITE_TRIGGERS:
+        conn.execute(text(stmt))
 
 
 def init_db(engine: Engine) -> None:
-    """Create every table, the ledger's append-only triggers and the money CHECKs (idempotent)."""
+    """Bring the database to the newest schema revision (`app/migrations`) and put back a ledger
+    trigger that is missing or no longer fires always.
+
+    A database with no tables goes straight to the newest revision (the models' tables, the newest
+    revision recorded); one at an older revision runs the migrations since; a home made before
+    migrations (tables, no alembic_version) is adopted at the first revision and upgraded from
+    there. Workers that start together take turns under the schema lock. A database already
+    current costs one read; neither it nor a new one imports Alembic.
+    """
+    from app import migrations
+
     for name in TABLE_MODULES:
         importlib.import_module(name)
-    with write_transaction(engine, lock="tuneharness.schema") as conn:
-        SQLModel.metadata.create_all(conn)
-        if is_postgres(engine):
-            if not _pg_triggers_in_place(conn):
-                for stmt in _PG_TRIGGERS:
-                    conn.execute(text(stmt))
-        else:
-            for stmt in _SQLITE_TRIGGERS:
-                conn.execute(text(stmt))
-        _install_money_checks(conn, postgres=is_postgres(engine))
+    head = migrations.head_revision()
+    with read_connection(engine) as conn:
+        current = migrations.current_revision(conn)
+        if current == head and _ledger_guard_in_place(conn):
+            return
+    with write_transaction(engine, lock=SCHEMA_LOCK) as conn:
+        current = migrations.current_revision(conn)
+        if current is None and not migrations.has_tables(conn):
+            migrations.create_at_head(conn)
+        elif current != head:
+            _upgrade(conn, current=current, head=head)
+        if not _ledger_guard_in_place(conn):
+            _install_ledger_guard(conn)
+
+
+def _upgrade(conn: Connection, *, current: str | None, head: str) -> None:
+    from app import migrations
+
+    if current is not None and current not in migrations.known_revisions():
+        raise UserError(
+            f"the database is at schema revision {current}, which this version of tuneharness does not know "
+            "(a newer version wrote it). Fix: upgrade tuneharness on this machine"
+        )
+    if current is None:
+        log.info("database made before migrations: adopting it at the first revision, then upgrading to %s", head)
+    try:
+        migrations.upgrade(conn)
+    except DBAPIError as exc:
+        if conn.dialect.name == "postgresql" and getattr(exc.orig, "sqlstate", None) == "42501":
+            raise UserError(
+                f"the database schema is at revision {current or 'none'} and this version needs {head}, "
+                "but this role may not change tables. Fix: run `tuneharness db upgrade` once as the tables' owner"
+            ) from None
+        raise

@@ -119,7 +119,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "TUNEHARNESS_ARTIFACTS",
         "`$TUNEHARNESS_HOME/artifacts`",
-        "where checkpoints and adapters are pulled: a directory or `s3://BUCKET/PREFIX`",
+        "where checkpoints and adapters are pulled: a directory or `s3://BUCKET/PREFIX`; with PostgreSQL, "
+        "one store every worker shares (checked at worker start and by `doctor`)",
         "Supervisor and guardrails",
     ),
     Setting(
@@ -138,6 +139,12 @@ SETTINGS: tuple[Setting, ...] = (
         "Supervisor and guardrails",
     ),
     Setting("TUNEHARNESS_SLICE_STEPS", "unset", "also cap each slice at this many steps", "Supervisor and guardrails"),
+    Setting(
+        "TUNEHARNESS_RESEARCH_TICK_S",
+        "`10`",
+        "wall seconds between looks at a research run's experiments (docs/research.md)",
+        "Supervisor and guardrails",
+    ),
     Setting(
         "TUNEHARNESS_HF_ENDPOINT",
         "`https://huggingface.co`",
@@ -264,6 +271,14 @@ INTERNAL: dict[str, str] = {
     "TUNEHARNESS_ONSTART": "RunPod: the on-start script, passed as a pod environment variable",
     "TUNEHARNESS_SIM_TRUTH": "on a simulated host: the path of that host's truth file",
     "TUNEHARNESS_SIM_SANDBOX": "on a simulated host: its sandbox directory",
+    "TUNEHARNESS_SEED": "a `command` job's run seed, in its command's environment (docs/byo-training.md)",
+    "TUNEHARNESS_HOOK_FILE": "a `command` job: the Trainer callback the wrapper injects through `sitecustomize`",
+    "TUNEHARNESS_JOB_DIR": "a `command` job: the job directory the injected callback reports into",
+    "TUNEHARNESS_KEEP_CHECKPOINTS": "a `command` job: how many verified checkpoints the callback keeps",
+    "TUNEHARNESS_DEADLINE_WALL": "a `command` job: the slice's wall-clock cap (epoch seconds) for the callback",
+    "TUNEHARNESS_HOOK_SLICE_STEPS": "a `command` job: the slice's step cap for the callback",
+    "TUNEHARNESS_RESUME_FROM": "a `command` job: the newest complete checkpoint the Trainer resumes from",
+    "TUNEHARNESS_ADAPTER_META": "a `command` job: what the callback writes into the adapter's trainer_meta.json",
 }
 
 

@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import base64
+import io
 import os
 import stat
 import time
@@ -164,15 +165,19 @@ class SSHHostShell:
     def __init__(
         self,
         endpoint: SSHEndpoint,
-        private_key_path: Path,
+        private_key_path: Path | None,
         *,
         pin: HostKeyPin | None = None,
         connect_timeout_s: float = 15.0,
         fallback: SSHEndpoint | None = None,
+        private_key: str | None = None,
     ) -> None:
+        """The key is a file (`private_key_path`) or, from the fleet's database, OpenSSH PEM text held
+        in memory only (`private_key`; then the path is None)."""
         self.endpoint = endpoint
         self.fallback = fallback if fallback != endpoint else None
         self.private_key_path = private_key_path
+        self._private_key = private_key
         self.pin: HostKeyPin = pin if pin is not None else MemoryHostKeyPin()
         self.connect_timeout_s = connect_timeout_s
         self._client: paramiko.SSHClient | None = None
@@ -219,7 +224,7 @@ class SSHHostShell:
         else:
             client.set_missing_host_key_policy(policy)
         try:
-            pkey = paramiko.Ed25519Key.from_private_key_file(str(self.private_key_path))
+            pkey = self._load_key()
             client.connect(
                 self.endpoint.host,
                 port=self.endpoint.port,
@@ -250,6 +255,11 @@ class SSHHostShell:
             self.pin.set(_key_line(policy.seen))
         self._client = client
         return client
+
+    def _load_key(self) -> paramiko.PKey:
+        if self._private_key is not None:
+            return paramiko.Ed25519Key.from_private_key(io.StringIO(self._private_key))
+        return paramiko.Ed25519Key.from_private_key_file(str(self.private_key_path))
 
     def _transport(self) -> paramiko.Transport:
         transport = self.connect().get_transport()

@@ -21,7 +21,14 @@ bootstrap.configured()
 
 app = Celery(
     "tuneharness",
-    include=["workers.tasks", "workers.guardrails", "workers.provisioning", "workers.supervisor", "workers.evaluate"],
+    include=[
+        "workers.tasks",
+        "workers.guardrails",
+        "workers.provisioning",
+        "workers.supervisor",
+        "workers.evaluate",
+        "workers.research",
+    ],
 )
 app.conf.update(build_config(load_settings()))
 
@@ -52,9 +59,26 @@ def _refuse_bad_time_limits() -> None:
         raise SystemExit(f"error: {exc}") from None
 
 
+def _refuse_unshared_store() -> None:
+    # Workers on several machines must share the artifact store (app/fleetstore.py). A database
+    # that cannot be reached now is the tasks' to report; it does not stop the worker.
+    from app.errors import ServiceUnavailable
+
+    try:
+        bootstrap.check_fleet_store(record=True)
+    except ConfigError as exc:
+        raise SystemExit(f"error: {exc}") from None
+    except ServiceUnavailable:
+        return
+    if bootstrap.settings().is_postgres:
+        # The pool's children are forked from this process: none may inherit its open connections.
+        bootstrap.engine().dispose()
+
+
 @signals.worker_init.connect
 def _check_on_worker_start(**_: Any) -> None:
     _refuse_bad_time_limits()
+    _refuse_unshared_store()
 
 
 @signals.worker_ready.connect

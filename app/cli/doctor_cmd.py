@@ -175,6 +175,19 @@ def _fleet(db_is_sqlite: bool) -> Check:
     return Check("workers", True, detail)
 
 
+def _artifacts() -> Check:
+    """Whether this machine's artifact store is the one the fleet's workers share (PostgreSQL only)."""
+    from app import bootstrap
+    from app.errors import UserError
+
+    try:
+        detail = bootstrap.check_fleet_store(record=False)
+    except UserError as exc:
+        fix = "the same shared TUNEHARNESS_ARTIFACTS on every machine (docs/deploy.md)"
+        return Check("artifacts", False, str(exc), fix)
+    return Check("artifacts", True, detail or "SQLite: one machine, its own store")
+
+
 def _blocked_jobs() -> Check:
     from app import bootstrap
 
@@ -190,7 +203,7 @@ def _blocked_jobs() -> Check:
 
 
 def doctor(as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
-    """Check stack, broker, database, sshd, torch, vendor keys, beat, workers and blocked jobs; exit 1 on a problem.
+    """Check stack, broker, database, sshd, torch, vendors, beat, workers, artifacts, blocked jobs; exit 1 on a problem.
 
     A fleet whose workers answer from more than one machine needs PostgreSQL: SQLite is refused.
     """
@@ -203,6 +216,7 @@ def doctor(as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
     if checks[1].ok:
         checks.append(_fleet(not s.is_postgres))
     if checks[2].ok:
+        checks.append(_artifacts())
         checks.append(_blocked_jobs())
     if as_json:
         typer.echo(json.dumps([c.__dict__ for c in checks], indent=2))

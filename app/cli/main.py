@@ -13,6 +13,7 @@ import typer
 
 from app.cli import (
     budget_cmd,
+    db_cmd,
     doctor_cmd,
     gate_cmd,
     hosts_cmd,
@@ -24,6 +25,8 @@ from app.cli import (
     plan_cmd,
     receipt_cmd,
     report_cmd,
+    research_cmd,
+    schema_cmd,
     sim_cmd,
     stack_cmd,
     status_cmd,
@@ -72,11 +75,14 @@ def _main(
 
 cli.add_typer(ledger_cmd.app, name="ledger")
 cli.add_typer(budget_cmd.app, name="budget")
+cli.add_typer(db_cmd.app, name="db")
 cli.add_typer(market_cmd.app, name="market")
 cli.add_typer(gate_cmd.app, name="gate")
 cli.add_typer(sim_cmd.app, name="sim")
 cli.add_typer(triage_cmd.app, name="triage")
 cli.add_typer(hosts_cmd.app, name="hosts")
+cli.add_typer(research_cmd.app, name="research")
+cli.add_typer(schema_cmd.app, name="schema")
 stack_cmd.register(cli)
 doctor_cmd.register(cli)
 jobs_cmd.register(cli)

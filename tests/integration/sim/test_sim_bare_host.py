@@ -13,7 +13,7 @@ from app import bootstrap
 from app.hoststack import ACTIVATE_STACK, bootstrap_command, parse_bootstrap
 from app.market import LaunchSpec, OfferQuery
 from app.policy.preflight import TRAINER_STACK, judge_preflight
-from app.ssh import FileHostKeyPin, SSHHostShell
+from app.ssh import SSHHostShell
 from providers.sim.client import SimClientMarket
 from providers.sim.images import wheelhouse
 from providers.sim.server import SimServer
@@ -66,10 +66,7 @@ def bare_host(
             offer, LaunchSpec(image="pytorch/pytorch", disk_gb=10, label=f"{JOB}/1", ssh_public_key=key.public_key)
         )
         assert wait_until(lambda: market.status(iid).state == "running", timeout_s=30)
-        ssh = market.status(iid).ssh
-        assert ssh is not None
-        pin = FileHostKeyPin(key.private_key_path.parent / f"host-{market.name}-{iid}.pub")
-        with SSHHostShell(ssh, key.private_key_path, pin=pin) as shell:
+        with bootstrap.host_shell(market.status(iid), JOB) as shell:
             yield market, iid, shell
     finally:
         market.close()

@@ -22,6 +22,7 @@ from providers.sim import images
 from trainer.bootstrap import stack_cache, wheelhouse_dir
 from trainer.guard import serving_refusal
 from workers import guardrails as guardrail_tasks
+from workers import research as research_tasks
 
 ROOT = Path(__file__).resolve().parents[3]
 PRODUCT = ("app", "workers", "providers", "trainer", "gate")
@@ -92,6 +93,7 @@ def _defaults_from_code(tmp_path: Path) -> dict[str, Callable[[], object]]:
         "TUNEHARNESS_REPOLL_S": lambda: f"{sup.repoll_s:g}",
         "TUNEHARNESS_SLICE_S": lambda: f"{sup.slice_s:g}",
         "TUNEHARNESS_SLICE_STEPS": lambda: sup.slice_steps is None,
+        "TUNEHARNESS_RESEARCH_TICK_S": lambda: f"{research_tasks.tick_s({}):g}",
         "TUNEHARNESS_HF_ENDPOINT": lambda: bootstrap.hf_endpoint({}),
         "TUNEHARNESS_IDLE_GRACE_S": lambda: f"{IDLE_GRACE_S:g}",
         "TUNEHARNESS_BUDGET_CHECKPOINT_WAIT_S": lambda: f"{guardrail_tasks.budget_checkpoint_wait_s():g}",
