@@ -51,34 +51,50 @@ Paths are relative to the job file and may not climb out of its directory (an ab
 deliberate choice); what is shipped is a regular file or a directory. Every number is finite and
 in range (`app.numbers`): NaN and infinity are refused where they are read. The trainer
 validates job.json fully on the host; here the fields, their types and the shipped files are
-checked before anything is enqueued or spent.
+checked before anything is enqueued or spent: the shape by the models of `app.jobschema` (which
+also publish the file's JSON Schema, docs/job.schema.json), then what needs the file system.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import re
 import stat
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
 from sqlalchemy import Engine, select
 from sqlmodel import Field, SQLModel
 
+from app import jobschema
 from app.db import money_check, read_connection, write_transaction
 from app.errors import UserError
-from app.numbers import MAX_COUNT, MAX_HOURS, MAX_USD, MAX_USD_PER_HOUR, range_problem
+from app.jobschema import (
+    DEFAULT_GATE_SEEDS,
+    MAX_STANDBY_HOSTS,
+    BuiltinTrain,
+    GateConfig,
+    GateSection,
+    HubModel,
+    JobFile,
+    NeedsSection,
+    Problem,
+    first_problem,
+)
+from app.numbers import MAX_USD, range_problem
 from app.policy.ranking import JobShape, Requirements
 from app.safetext import printable
+from app.trainspec import CommandTrain
 
 __all__ = [
     "DEFAULT_GATE_SEEDS",
     "JOB_PHASES",
+    "MAX_STANDBY_HOSTS",
     "JobEvaluation",
     "JobEvaluationRow",
     "JobFileError",
@@ -106,88 +122,14 @@ JOB_PHASES = (
     # error): its detail holds the reason and the fix; `tuneharness resume` continues it
     "blocked",
 )
-PROVIDERS = ("vast", "runpod", "sim")
+PROVIDERS = jobschema.PROVIDERS
 
-_TOP = ("name", "train", "needs", "budget_usd", "gate")
-_NEEDS = (
-    "gpu",
-    "min_vram_gb",
-    "max_usd_per_hour",
-    "providers",
-    "image",
-    "disk_gb",
-    "num_gpus",
-    "min_reliability",
-    "min_download_mbps",
-    "download_gb",
-    "train_hours",
-    "standby_hosts",
-    "kill_after_hours",
-    "datacenter_only",
-    "expected_tflops",
-)
-# Warm standby hosts per job: each one bills its GPU while it waits, so keep the number small.
-MAX_STANDBY_HOSTS = 4
-# The trainer's job.json contract (trainer/jobspec.py is the authority on the host).
-_TRAIN_REQUIRED = (
-    "base_model",
-    "task",
-    "train_file",
-    "max_steps",
-    "checkpoint_every",
-    "seed",
-    "learning_rate",
-    "batch_size",
-    "max_seq_len",
-    "lora",
-    "quantization",
-)
-_TRAIN_OPTIONAL = (
-    "eval_file",
-    "lr_schedule",
-    "warmup_steps",
-    "grad_accum",
-    "max_grad_norm",
-    "keep_checkpoints",
-    "log_every",
-    "status_every_s",
-    "deterministic",
-)
-_TRAIN_INTS = (
-    "max_steps",
-    "checkpoint_every",
-    "seed",
-    "batch_size",
-    "max_seq_len",
-    "warmup_steps",
-    "grad_accum",
-    "keep_checkpoints",
-    "log_every",
-)
-_TRAIN_CHOICES = {
-    "task": ("causal_lm", "classification"),
-    "lr_schedule": ("constant", "linear", "cosine"),
-    "quantization": ("nf4", "none"),
-}
-_TRAIN_PATHS = ("base_model", "train_file", "eval_file")
-_GATE = ("config", "eval", "baseline", "incumbent", "seeds", "timeout_s")
+# The trainer's job.json contract (trainer/jobspec.py is the authority on the host), read off the model.
+_TRAIN_REQUIRED = tuple(k for k, f in BuiltinTrain.model_fields.items() if f.is_required())
+_TRAIN_OPTIONAL = tuple(k for k, f in BuiltinTrain.model_fields.items() if not f.is_required() and k != "kind")
 # gate.json's keys (gate/trial.py is the authority; checked here so a typo fails at submit)
-_GATE_CONFIG = (
-    "metric",
-    "min_margin",
-    "ood",
-    "critical_labels",
-    "max_missed",
-    "model",
-    "task",
-    "baseline_name",
-    "min_canaries",
-)
-_METRICS = ("accuracy", "macro_f1")
-DEFAULT_GATE_SEEDS = (1, 2)
+_GATE_CONFIG = tuple(GateConfig.model_fields)
 DEFAULT_GATE_TIMEOUT_S = 400.0
-# the evaluate queue's soft limit is 1800 s: every predictor's timeout together must fit under it
-MAX_GATE_TIMEOUT_S = 1700.0
 
 
 def seed_run_id(job_id: str, seed: int) -> str:
@@ -375,146 +317,45 @@ def _compose(text: str, source: str) -> tuple[Any, dict[str, int]]:
 
 
 class _Check:
+    """Where a refusal points: the field's line in the job file (else its section's)."""
+
     def __init__(self, source: str, lines: Mapping[str, int]) -> None:
         self.source, self.lines = source, lines
 
-    def fail(self, path: str, problem: str, fix: str) -> JobFileError:
+    def fail(self, path: str, problem: str, fix: str, *, field_name: str | None = None) -> JobFileError:
         line = self.lines.get(path)
         if line is None and "." in path:
             line = self.lines.get(path.rsplit(".", 1)[0])
-        return JobFileError(self.source, line, path, problem, fix)
+        return JobFileError(self.source, line, path if field_name is None else field_name, problem, fix)
 
-    def mapping(self, value: Any, path: str, allowed: Sequence[str]) -> dict[str, Any]:
-        if not isinstance(value, dict):
-            raise self.fail(path or "(file)", f"must be a mapping, got {_kind(value)}", "write `key: value` lines")
-        for key in value:
-            if key not in allowed:
-                raise self.fail(f"{path}.{key}" if path else key, "unknown field", f"use one of {', '.join(allowed)}")
-        return value
-
-    def number(
-        self,
-        value: Any,
-        path: str,
-        *,
-        minimum: float | None = None,
-        integer: bool = False,
-        maximum: float | None = None,
-    ) -> float:
-        ok = isinstance(value, int) if integer else isinstance(value, int | float)
-        if isinstance(value, bool) or not ok:
-            want = "a whole number" if integer else "a number"
-            raise self.fail(path, f"must be {want}, got {_kind(value)} {value!r}", f"write {want}")
-        # finite and in range: NaN passes every comparison and .inf every lower bound
-        if maximum is None and integer:
-            maximum = MAX_COUNT
-        problem = range_problem(value, minimum=minimum, maximum=maximum, integer=integer)
-        if problem is not None:
-            raise self.fail(path, *problem)
-        return float(value)
-
-    def string(self, value: Any, path: str) -> str:
-        if not isinstance(value, str) or not value.strip():
-            raise self.fail(path, f"must be a non-empty string, got {_kind(value)}", "write a text value")
-        return value
-
-    def strings(self, value: Any, path: str) -> tuple[str, ...]:
-        if isinstance(value, str):
-            return (value,)
-        if not isinstance(value, list) or not all(isinstance(v, str) and v.strip() for v in value):
-            raise self.fail(path, f"must be a list of names, got {_kind(value)}", "write e.g. [RTX 3090, RTX 4090]")
-        return tuple(value)
-
-
-def _kind(v: Any) -> str:
-    return {dict: "a mapping", list: "a list", str: "text", bool: "true/false", type(None): "nothing"}.get(
-        type(v), type(v).__name__
-    )
-
-
-_HUB_REPO = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
-_HUB_REVISION = re.compile(r"^[0-9a-f]{40}$")
-
-
-def _hub_model(c: _Check, value: Mapping[str, Any]) -> None:
-    """`train.base_model: {hf: ORG/NAME, revision: <40-hex commit>}`: a public Hugging Face model."""
-    hub = c.mapping(value, "train.base_model", ("hf", "revision"))
-    for key in ("hf", "revision"):
-        if key not in hub:
-            raise c.fail(
-                "train.base_model", f"`{key}` is missing", "write base_model: {hf: ORG/NAME, revision: <40-hex commit>}"
-            )
-    repo = c.string(hub["hf"], "train.base_model.hf")
-    if not _HUB_REPO.match(repo):
-        raise c.fail("train.base_model.hf", f"{repo!r} is not ORG/NAME", "use the model's id as the hub shows it")
-    revision = c.string(hub["revision"], "train.base_model.revision")
-    if not _HUB_REVISION.match(revision):
-        raise c.fail(
-            "train.base_model.revision",
-            f"{revision!r} is not a 40-hex commit",
-            "pin the commit the hub shows for the model (a branch or tag can change under a running job)",
-        )
+    def refuse(self, p: Problem) -> JobFileError:
+        return self.fail(p.at, p.problem, p.fix, field_name=p.field)
 
 
 def parse_job_text(
     text: str, *, source: str = "<job>", base_dir: str | Path = ".", check_files: bool = True
 ) -> JobSpec:
-    """Validate a job file's text; raise JobFileError naming the line and field of the first problem."""
+    """Validate a job file's text; raise JobFileError naming the line and field of the first problem.
+
+    The models of `app.jobschema` check the shape (types, ranges, choices, keys); then what needs
+    the file system is checked: paths contained and shippable, the gate's files and eval rows."""
     data, lines = _compose(text, source)
     c = _Check(source, lines)
-    top = c.mapping(data, "", _TOP)
-    for key in ("name", "train", "needs"):
-        if key not in top:
-            raise JobFileError(source, None, key, "missing", f"add `{key}:` at the top level")
-    name = c.string(top["name"], "name")
+    try:
+        job = JobFile.model_validate(data)
+    except ValidationError as exc:
+        raise c.refuse(first_problem(exc)) from None
     base = Path(base_dir)
-
-    train = c.mapping(top["train"], "train", (*_TRAIN_REQUIRED, *_TRAIN_OPTIONAL))
-    for key in _TRAIN_REQUIRED:
-        if key not in train:
-            raise c.fail("train", f"`{key}` is missing", f"add train.{key} (the trainer's job.json field)")
-    for key in _TRAIN_INTS:
-        if key in train:
-            c.number(train[key], f"train.{key}", minimum=0 if key in ("seed", "warmup_steps") else 1, integer=True)
-    c.number(train["learning_rate"], "train.learning_rate", minimum=0, maximum=1)
-    if "max_grad_norm" in train:
-        c.number(train["max_grad_norm"], "train.max_grad_norm", minimum=0, maximum=MAX_COUNT)
-    if "status_every_s" in train:
-        c.number(train["status_every_s"], "train.status_every_s", minimum=0.1, maximum=10)
-    if "deterministic" in train and not isinstance(train["deterministic"], bool):
-        raise c.fail(
-            "train.deterministic",
-            f"{train['deterministic']!r} is not true or false",
-            "write `deterministic: true` (bit-identical resumes on a GPU, slower) or leave it out",
-        )
-    for key, choices in _TRAIN_CHOICES.items():
-        if key in train and train[key] not in choices:
-            raise c.fail(
-                f"train.{key}", f"{train[key]!r} is not one of {', '.join(choices)}", f"use one of {', '.join(choices)}"
-            )
-    lora = c.mapping(train["lora"], "train.lora", ("r", "alpha", "dropout", "target_modules"))
-    for key in ("r", "alpha", "target_modules"):
-        if key not in lora:
-            raise c.fail("train.lora", f"`{key}` is missing", f"add train.lora.{key}")
-    c.number(lora["r"], "train.lora.r", minimum=1, integer=True)
-    c.number(lora["alpha"], "train.lora.alpha", minimum=0, maximum=MAX_COUNT)
-    if "dropout" in lora:
-        c.number(lora["dropout"], "train.lora.dropout", minimum=0, maximum=1)
-    c.strings(lora["target_modules"], "train.lora.target_modules")
-    if int(train["checkpoint_every"]) > int(train["max_steps"]):
-        raise c.fail(
-            "train.checkpoint_every",
-            f"{train['checkpoint_every']} > max_steps {train['max_steps']}",
-            "checkpoint at most every max_steps steps",
-        )
+    # the trainer's job.json as written (its own parser reads it on the host); `kind` is ours
+    train = {k: v for k, v in data["train"].items() if k != "kind"}
     ship: list[str] = []
-    for key in _TRAIN_PATHS:
-        if key not in train:
-            continue
-        if key == "base_model" and isinstance(train[key], Mapping):
-            _hub_model(c, train[key])  # a public model the host fetches itself: nothing shipped
-            continue
-        rel = c.string(train[key], f"train.{key}")
+    byo = isinstance(job.train, CommandTrain)  # the user's own training: app.trainspec
+    if isinstance(job.train, CommandTrain):
+        train, ship = dict(data["train"]), _command_ship(c, job.train, base, check_files=check_files)
+    for key in () if byo else ("base_model", "train_file", "eval_file"):
+        rel = getattr(job.train, key)
+        if rel is None or isinstance(rel, HubModel):
+            continue  # unset, or a public model the host fetches itself: nothing shipped
         p = _contained(c, rel, f"train.{key}", base)
         if check_files and not p.exists():
             fix = "point it at a file or directory next to the job file"
@@ -529,68 +370,17 @@ def parse_job_text(
             _shippable(c, p, f"train.{key}")
         ship.append(str(p.resolve()) if check_files else str(p))
 
-    raw_needs = c.mapping(top["needs"], "needs", _NEEDS)
-    needs_kw: dict[str, Any] = {}
-    if "gpu" in raw_needs:
-        needs_kw["gpu"] = c.strings(raw_needs["gpu"], "needs.gpu")
-    if "providers" in raw_needs:
-        provs = c.strings(raw_needs["providers"], "needs.providers")
-        for i, prov in enumerate(provs):
-            if prov not in PROVIDERS:
-                raise c.fail(
-                    f"needs.providers[{i}]" if f"needs.providers[{i}]" in lines else "needs.providers",
-                    f"unknown provider {prov!r}",
-                    f"use {', '.join(PROVIDERS)}",
-                )
-        needs_kw["providers"] = provs
-    for key, kw in (
-        ("min_vram_gb", {"minimum": 0, "maximum": 10_000}),
-        ("max_usd_per_hour", {"minimum": 0, "maximum": MAX_USD_PER_HOUR}),
-        ("disk_gb", {"minimum": 1, "maximum": 100_000}),
-        ("min_reliability", {"minimum": 0, "maximum": 1}),
-        ("min_download_mbps", {"minimum": 0, "maximum": 1_000_000}),
-        ("download_gb", {"minimum": 0, "maximum": 100_000}),
-        ("train_hours", {"minimum": 0, "maximum": MAX_HOURS}),
-        ("expected_tflops", {"minimum": 0.001, "maximum": 100_000}),
-    ):
-        if key in raw_needs:
-            needs_kw[key] = c.number(raw_needs[key], f"needs.{key}", **kw)
-    if "num_gpus" in raw_needs:
-        needs_kw["num_gpus"] = int(c.number(raw_needs["num_gpus"], "needs.num_gpus", minimum=1, integer=True))
-    if "image" in raw_needs:
-        needs_kw["image"] = c.string(raw_needs["image"], "needs.image")
-    needs_kw["min_reliability_hard"] = "min_reliability" in raw_needs
-    if "datacenter_only" in raw_needs:
-        if not isinstance(raw_needs["datacenter_only"], bool):
-            raise c.fail(
-                "needs.datacenter_only",
-                f"{raw_needs['datacenter_only']!r} is not true or false",
-                "write datacenter_only: true (or leave it out)",
-            )
-        needs_kw["datacenter_only"] = raw_needs["datacenter_only"]
-    if "kill_after_hours" in raw_needs:
-        needs_kw["kill_after_hours"] = _kill_after_hours(c, raw_needs["kill_after_hours"], needs_kw)
-    if "standby_hosts" in raw_needs:
-        needs_kw["standby_hosts"] = int(
-            c.number(
-                raw_needs["standby_hosts"], "needs.standby_hosts", minimum=0, maximum=MAX_STANDBY_HOSTS, integer=True
-            )
-        )
-
-    budget = None
-    if top.get("budget_usd") is not None:
-        budget = c.number(top["budget_usd"], "budget_usd", minimum=0, maximum=MAX_USD)
     gate = None
-    if top.get("gate") is not None:
-        tf = train.get("train_file")
-        train_file = _contained(c, tf, "train.train_file", base) if isinstance(tf, str) else None
-        gate = _gate_section(c, top["gate"], base, check_files=check_files, train_file=train_file)
+    if job.gate is not None:
+        tf = job.train.train_file
+        train_file = None if tf is None else _contained(c, tf, "train.train_file", base)
+        gate = _gate_section(c, job.gate, base, check_files=check_files, train_file=train_file)
 
     return JobSpec(
-        name=name,
+        name=job.name,
         train=train,
-        needs=Needs(**needs_kw),
-        budget_usd=budget,
+        needs=_needs(job.needs),
+        budget_usd=job.budget_usd,
         gate=gate,
         base_dir=str(base.resolve()),
         source=source,
@@ -598,28 +388,36 @@ def parse_job_text(
     )
 
 
-# A rental's kill-time is a backstop against a host billing forever: a week at most.
-MAX_KILL_AFTER_HOURS = 168.0
+def _command_ship(c: _Check, t: CommandTrain, base: Path, *, check_files: bool) -> list[str]:
+    """A `kind: command` section's shipped files and directories: contained, present, shippable."""
+    named = [("train.script", t.script), ("train.axolotl", t.axolotl), ("train.train_file", t.train_file)]
+    named += [(f"train.files[{i}]", f) for i, f in enumerate(t.files)]
+    if isinstance(t.base_model, str):
+        named.append(("train.base_model", t.base_model))
+    ship = []
+    for where, rel in named:
+        if rel is None:
+            continue
+        p = _contained(c, rel, where, base)
+        if check_files:
+            if not p.exists():
+                raise c.fail(where, f"{p} does not exist", "point it at a file or directory next to the job file")
+            _plain(c, p, where)
+            _shippable(c, p, where)
+        ship.append(str(p.resolve()) if check_files else str(p))
+    return ship
 
 
-def _kill_after_hours(c: _Check, value: Any, needs_kw: Mapping[str, Any]) -> float:
-    """needs.kill_after_hours: a finite number of hours in (0, MAX_KILL_AFTER_HOURS], and no less
-    than the training it must cover (a shorter one stops every host before the job can finish)."""
-    hours = c.number(value, "needs.kill_after_hours", minimum=0, maximum=MAX_KILL_AFTER_HOURS)
-    if hours <= 0:
-        raise c.fail("needs.kill_after_hours", "must be more than 0 hours", "write e.g. kill_after_hours: 3")
-    train_hours = float(needs_kw.get("train_hours", Needs().train_hours))
-    if hours < train_hours:
-        raise c.fail(
-            "needs.kill_after_hours",
-            f"{hours:g} h is shorter than train_hours {train_hours:g} h: the reaper would stop every host first",
-            f"give at least {train_hours:g} h plus the pull, or leave it out (derived from train_hours)",
-        )
-    return hours
+def _needs(n: NeedsSection) -> Needs:
+    """The validated `needs:` as the policy's Needs: what the file left out keeps Needs' default."""
+    given: dict[str, Any] = {key: getattr(n, key) for key in n.model_fields_set}
+    for key in ("gpu", "providers"):
+        if key in given:
+            given[key] = tuple(given[key])
+    return Needs(**given, min_reliability_hard="min_reliability" in given)
 
 
-def _path(c: _Check, value: Any, path: str, base: Path, *, check_files: bool, what: str) -> str:
-    rel = c.string(value, path)
+def _path(c: _Check, rel: str, path: str, base: Path, *, check_files: bool, what: str) -> str:
     p = _contained(c, rel, path, base)
     if check_files and not p.exists():
         raise c.fail(path, f"{p} does not exist", f"point it at {what} (paths are relative to the job file)")
@@ -667,15 +465,9 @@ def _plain(c: _Check, p: Path, path: str) -> None:
         raise c.fail(path, f"{p} is not a regular file or directory", "point it at a file or a directory")
 
 
-def _predictor(c: _Check, value: Any, path: str, base: Path, *, check_files: bool) -> str:
-    text = c.string(value, path)
-    kind, sep, rest = text.partition(":")
-    if not sep or kind not in ("predictions", "command", "adapter") or not rest.strip():
-        raise c.fail(
-            path, f"{text!r} is not a predictor", "write predictions:FILE or command:CMD (incumbent: also adapter:DIR)"
-        )
-    if kind == "adapter" and path == "gate.baseline":
-        raise c.fail(path, "the baseline is not an adapter", "write predictions:FILE or command:CMD")
+def _predictor(c: _Check, text: str, path: str, base: Path, *, check_files: bool) -> str:
+    """A predictor (its form already checked by the model) with its file's path resolved."""
+    kind, _, rest = text.partition(":")
     if kind == "command":
         return text
     return f"{kind}:{_path(c, rest, path, base, check_files=check_files, what='a file or directory')}"
@@ -714,7 +506,7 @@ def _check_eval_rows(c: _Check, file: Path, path: str) -> list[tuple[str, str, s
 
 
 def _check_eval_integrity(
-    c: _Check, rows: list[tuple[str, str, str]], cfg: Any, train_file: Path | None, where: str
+    c: _Check, rows: list[tuple[str, str, str]], cfg: Mapping[str, Any], train_file: Path | None, where: str
 ) -> None:
     """The gate's integrity checks, at submit rather than after hours of training: enough canaries
     (gate.json's `min_canaries`, DEFAULT_MIN_CANARIES unless it says lower on purpose), and no eval
@@ -722,9 +514,7 @@ def _check_eval_integrity(
     from app.evalrows import leak_message, leaked_rows, training_hashes
     from app.policy.gate_rules import DEFAULT_MIN_CANARIES
 
-    wanted = DEFAULT_MIN_CANARIES
-    if isinstance(cfg, dict) and "min_canaries" in cfg:
-        wanted = int(c.number(cfg["min_canaries"], "gate.config.min_canaries", minimum=0, integer=True))
+    wanted = int(cfg.get("min_canaries", DEFAULT_MIN_CANARIES))  # a whole number >= 0: the model checked it
     canaries = {row_id for row_id, sl, _ in rows if sl == "canary"}
     if len(canaries) < wanted:
         raise c.fail(
@@ -746,82 +536,56 @@ def _check_eval_integrity(
 
 
 def _gate_section(
-    c: _Check, raw: Any, base: Path, *, check_files: bool, train_file: Path | None = None
+    c: _Check, g: GateSection, base: Path, *, check_files: bool, train_file: Path | None = None
 ) -> dict[str, Any]:
     """The job's gate, normalised: paths absolute, seeds a list, the defaults filled in."""
-    if not isinstance(raw, dict):
-        raise c.fail(
-            "gate",
-            f"must be a mapping, got {_kind(raw)}",
-            "write gate: {config: gate.json, eval: eval.jsonl, baseline: predictions:FILE}",
-        )
-    g = c.mapping(raw, "gate", _GATE)
-    for key in ("config", "eval", "baseline"):
-        if key not in g:
-            raise c.fail("gate", f"`{key}` is missing", f"add gate.{key} (docs/gate.md: From job to gate)")
     out: dict[str, Any] = {}
-    cfg = g["config"]
-    if isinstance(cfg, dict):
-        c.mapping(cfg, "gate.config", _GATE_CONFIG)
-        if "metric" not in cfg:
-            raise c.fail("gate.config", "`metric` is missing", f"add gate.config.metric: one of {', '.join(_METRICS)}")
+    cfg: dict[str, Any] | None = None
+    if isinstance(g.config, GateConfig):
+        cfg = g.config.model_dump(exclude_unset=True)
         out["config"] = dict(cfg)
     else:
-        cfg_path = _path(c, cfg, "gate.config", base, check_files=check_files, what="a gate.json file")
+        cfg_path = _path(c, g.config, "gate.config", base, check_files=check_files, what="a gate.json file")
         if check_files:
-            try:
-                loaded = json.loads(Path(cfg_path).read_text(encoding="utf-8"))
-            except (OSError, ValueError) as exc:
-                raise c.fail("gate.config", f"{cfg_path} is not readable JSON ({exc})", "fix gate.json") from None
-            if not isinstance(loaded, dict):
-                raise c.fail("gate.config", f"{cfg_path} is not a JSON object", 'write gate.json as {"metric": ...}')
-            cfg = loaded
-            unknown = sorted(set(cfg) - set(_GATE_CONFIG))
-            if unknown:
-                raise c.fail(
-                    "gate.config", f"{cfg_path}: unknown key(s) {', '.join(unknown)}", f"use {', '.join(_GATE_CONFIG)}"
-                )
+            cfg = _gate_json(c, Path(cfg_path))
         out["config"] = cfg_path
-    if isinstance(cfg, dict) and cfg.get("metric") not in _METRICS:
-        raise c.fail(
-            "gate.config" + (".metric" if isinstance(g["config"], dict) else ""),
-            f"metric {cfg.get('metric')!r} is not one of {', '.join(_METRICS)}",
-            f"use {' or '.join(_METRICS)}",
-        )
-    evals = g["eval"] if isinstance(g["eval"], list) else [g["eval"]]
-    if not evals:
-        raise c.fail("gate.eval", "no eval file", "name at least one JSONL eval file")
+    evals = g.eval if isinstance(g.eval, list) else [g.eval]
     out["eval"] = []
     rows: list[tuple[str, str, str]] = []
     for i, e in enumerate(evals):
-        where = f"gate.eval[{i}]" if isinstance(g["eval"], list) and f"gate.eval[{i}]" in c.lines else "gate.eval"
+        where = f"gate.eval[{i}]" if isinstance(g.eval, list) and f"gate.eval[{i}]" in c.lines else "gate.eval"
         p = _path(c, e, where, base, check_files=check_files, what="a JSONL eval file")
         if check_files:
             rows += _check_eval_rows(c, Path(p), where)
         out["eval"].append(p)
-    out["baseline"] = _predictor(c, g["baseline"], "gate.baseline", base, check_files=check_files)
-    if g.get("incumbent") is not None:
-        out["incumbent"] = _predictor(c, g["incumbent"], "gate.incumbent", base, check_files=check_files)
-    seeds = g.get("seeds", list(DEFAULT_GATE_SEEDS))
-    if not isinstance(seeds, list):
-        raise c.fail("gate.seeds", f"must be a list of whole numbers, got {_kind(seeds)}", "write seeds: [1, 2]")
-    for i, s in enumerate(seeds):
-        c.number(s, f"gate.seeds[{i}]" if f"gate.seeds[{i}]" in c.lines else "gate.seeds", minimum=0, integer=True)
-    if len(seeds) < 2:
-        raise c.fail(
-            "gate.seeds",
-            f"{len(seeds)} seed(s); the gate judges the worst of at least two",
-            "give two or more seeds, e.g. [1, 2]",
-        )
-    if len(set(seeds)) != len(seeds):
-        raise c.fail("gate.seeds", f"{seeds} repeats a seed", "give distinct seeds")
-    out["seeds"] = [int(s) for s in seeds]
-    out["timeout_s"] = DEFAULT_GATE_TIMEOUT_S
-    if "timeout_s" in g:
-        out["timeout_s"] = c.number(g["timeout_s"], "gate.timeout_s", minimum=1, maximum=MAX_GATE_TIMEOUT_S)
+    out["baseline"] = _predictor(c, g.baseline, "gate.baseline", base, check_files=check_files)
+    if g.incumbent is not None:
+        out["incumbent"] = _predictor(c, g.incumbent, "gate.incumbent", base, check_files=check_files)
+    out["seeds"] = list(g.seeds)
+    out["timeout_s"] = DEFAULT_GATE_TIMEOUT_S if g.timeout_s is None else float(g.timeout_s)
     if check_files:
-        _check_eval_integrity(c, rows, cfg, train_file, "gate.eval")
+        _check_eval_integrity(c, rows, cfg or {}, train_file, "gate.eval")
     return out
+
+
+def _gate_json(c: _Check, path: Path) -> dict[str, Any]:
+    """A referenced gate.json, read and checked by the same model as an inline one."""
+    try:
+        loaded = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise c.fail("gate.config", f"{path} is not readable JSON ({exc})", "fix gate.json") from None
+    if not isinstance(loaded, dict):
+        raise c.fail("gate.config", f"{path} is not a JSON object", 'write gate.json as {"metric": ...}')
+    try:
+        GateConfig.model_validate(loaded)
+    except ValidationError as exc:
+        p = first_problem(exc, GateConfig)
+        if p.problem == "unknown field":
+            unknown = sorted(set(loaded) - set(_GATE_CONFIG))
+            raise c.fail("gate.config", f"{path}: unknown key(s) {', '.join(unknown)}", p.fix) from None
+        where = f"{p.field}: " if p.field not in ("", "(file)") else ""
+        raise c.fail("gate.config", f"{path}: {where}{p.problem}", p.fix) from None
+    return loaded
 
 
 def spec_from_dict(d: Mapping[str, Any]) -> JobSpec:

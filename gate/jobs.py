@@ -126,7 +126,11 @@ class JobEvaluator:
         for seed in seeds:
             run = seed_run_id(job_id, seed)
             adapter = fetch_dir(self.store, f"jobs/{run}/adapter", work / f"adapter-seed-{seed}")
-            candidates.append(f"{seed}=adapter:{adapter}")
+            predict = train.get("predict") if train.get("kind") == "command" else None  # the user's own predictor
+            if isinstance(predict, str):
+                candidates.append(f"{seed}=command:{predict.replace('{adapter}', str(adapter))}")
+            else:
+                candidates.append(f"{seed}=adapter:{adapter}")
         config = gate["config"]
         if isinstance(config, Mapping):
             cfg = dict(config)
@@ -143,13 +147,13 @@ class JobEvaluator:
         config_path = work / "gate.json"
         config_path.write_text(json.dumps(cfg, indent=1, sort_keys=True) + "\n", encoding="utf-8")
         base = Path(base_dir)
-        bm = Path(str(train["base_model"]))
+        bm = Path(str(train.get("base_model") or "base_model"))
         base_model = bm if bm.is_absolute() else base / bm
         n_predictors = len(seeds) + 1 + (1 if gate.get("incumbent") else 0)
         # every predictor together must finish inside the evaluate queue's soft limit
         timeout_s = min(float(gate.get("timeout_s", 400.0)), (EVALUATE_SOFT_LIMIT_S - 60.0) / n_predictors)
         kwargs: dict[str, Any] = {"python": self.python} if self.python else {}
-        tf = Path(str(train["train_file"]))
+        tf = Path(str(train.get("train_file") or ""))  # a command job may name none
         train_file = tf if tf.is_absolute() else base / tf
         build_trial(
             out,
@@ -161,7 +165,7 @@ class JobEvaluator:
             base_model=base_model,
             timeout_s=timeout_s,
             cwd=base,
-            train_paths=[train_file],
+            train_paths=[train_file] if train.get("train_file") else [],
             **kwargs,
         )
         shutil.rmtree(work, ignore_errors=True)

@@ -14,7 +14,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["Encoded", "RowError", "batch_indices", "collate", "encode_rows", "label_set", "read_rows"]
+__all__ = [
+    "Encoded",
+    "RowError",
+    "batch_indices",
+    "collate",
+    "encode_rows",
+    "label_set",
+    "read_rows",
+    "split_rows",
+]
 
 
 class RowError(ValueError):
@@ -65,6 +74,24 @@ def _check_row(row: dict[str, Any], *, task: str, where: str) -> None:
             raise RowError(f"{where}: the last message must be the assistant's (it is what is learned)")
     elif not isinstance(row.get("prompt"), str) or not isinstance(row.get("completion"), str):
         raise RowError(f"{where}: causal_lm rows need 'prompt' and 'completion' strings, or 'messages'")
+
+
+def split_rows(n_rows: int, *, fraction: float, seed: int) -> tuple[list[int], list[int]]:
+    """(train, validation) row indices: a fixed share of the rows, chosen by `seed` alone, held out.
+
+    The split depends on (n_rows, fraction, seed) only, never on the training seed, so experiments
+    with different training seeds are measured on the same rows; at least one row stays on each side.
+    """
+    import math
+    import random
+
+    if fraction <= 0.0 or n_rows < 2:
+        return list(range(n_rows)), []
+    n_val = min(n_rows - 1, max(1, math.ceil(n_rows * fraction)))
+    order = list(range(n_rows))
+    random.Random(seed).shuffle(order)
+    held = set(order[:n_val])
+    return [i for i in range(n_rows) if i not in held], sorted(held)
 
 
 def label_set(rows: Sequence[dict[str, Any]]) -> list[str]:

@@ -58,6 +58,11 @@ class JobSpec:
     log_every: int = 1
     status_every_s: float = 5.0
     deterministic: bool = False
+    # A held-out validation split of train_file (rows never trained on) and a wall-clock time box.
+    weight_decay: float = 0.0
+    val_fraction: float = 0.0
+    val_seed: int = 0
+    time_box_s: float | None = None
     job_dir: Path = field(default=Path("."), compare=False)
 
     def resolve(self, rel: str) -> Path:
@@ -95,6 +100,10 @@ _OPTIONAL = (
     "log_every",
     "status_every_s",
     "deterministic",
+    "weight_decay",
+    "val_fraction",
+    "val_seed",
+    "time_box_s",
 )
 _LORA_FIELDS = ("r", "alpha", "dropout", "target_modules")
 _LORA_REQUIRED = ("r", "alpha", "target_modules")
@@ -131,6 +140,12 @@ def _bool(name: str, value: Any) -> bool:
     if not isinstance(value, bool):
         raise JobError(name, f"must be true or false, got {value!r}")
     return value
+
+
+def _time_box(value: Any) -> float | None:
+    if value is None:
+        return None
+    return _float("time_box_s", value, minimum=0.0, strictly=True)
 
 
 def _lora(value: Any) -> LoraSpec:
@@ -188,6 +203,10 @@ def parse_job(raw: Any, *, job_dir: Path) -> JobSpec:
         log_every=_int("log_every", raw.get("log_every", 1), minimum=1),
         status_every_s=_float("status_every_s", raw.get("status_every_s", 5.0), minimum=0.1, maximum=10.0),
         deterministic=_bool("deterministic", raw.get("deterministic", False)),
+        weight_decay=_float("weight_decay", raw.get("weight_decay", 0.0), minimum=0.0, maximum=1.0),
+        val_fraction=_float("val_fraction", raw.get("val_fraction", 0.0), minimum=0.0, maximum=0.5),
+        val_seed=_int("val_seed", raw.get("val_seed", 0), minimum=0),
+        time_box_s=_time_box(raw.get("time_box_s")),
         job_dir=job_dir,
     )
     if spec.warmup_steps > spec.max_steps:

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from trainer import checkpoint as ckpt
-from trainer.data import RowError, batch_indices, collate, encode_rows, label_set, read_rows
+from trainer.data import RowError, batch_indices, collate, encode_rows, label_set, read_rows, split_rows
 from trainer.exitcodes import (
     EXIT_BAD_JOB,
     EXIT_CAP,
@@ -107,6 +107,8 @@ class _Run:
         self.slice_steps = slice_steps
         self.root = spec.job_dir / "checkpoints"
         self.step = 0
+        self.trained_s = 0.0  # training seconds of earlier slices (from the checkpoint), for the time box
+        self.train_t0: float | None = None
         self.last_checkpoint_step: int | None = None
         self.pusher: Pusher | None = None
         self.hang = load_hang()  # a simulated host's hang (docs/simulation.md); None on a real host
@@ -114,6 +116,10 @@ class _Run:
 
     def elapsed_s(self) -> float:
         return time.monotonic() - self.started
+
+    def trained_now_s(self) -> float:
+        """Seconds spent training over all slices so far (what `time_box_s` caps)."""
+        return self.trained_s + (0.0 if self.train_t0 is None else time.monotonic() - self.train_t0)
 
     # -- loading --------------------------------------------------------------------------
     def load(self) -> None:
@@ -134,6 +140,9 @@ class _Run:
         random.seed(spec.seed)
         rows = read_rows(spec.resolve(spec.train_file), task=spec.task)
         self.labels = label_set(rows) if spec.task == "classification" else None
+        train_idx, val_idx = split_rows(len(rows), fraction=spec.val_fraction, seed=spec.val_seed)
+        val_rows = [rows[i] for i in val_idx]
+        rows = [rows[i] for i in train_idx]
         self.root.mkdir(parents=True, exist_ok=True)
         ckpt.clean_stale(self.root)
 
@@ -156,10 +165,11 @@ class _Run:
         )
         tok = self.loaded.tokenizer
         self.encoded = encode_rows(rows, tok, task=spec.task, max_seq_len=spec.max_seq_len, labels=self.labels)
+        self.val_encoded = encode_rows(val_rows, tok, task=spec.task, max_seq_len=spec.max_seq_len, labels=self.labels)
         self.pad_id = tok.pad_token_id if tok.pad_token_id is not None else 0
         model = self.loaded.model
         self.params = [p for p in model.parameters() if p.requires_grad]
-        self.optimizer = torch.optim.AdamW(self.params, lr=spec.learning_rate, weight_decay=0.0)
+        self.optimizer = torch.optim.AdamW(self.params, lr=spec.learning_rate, weight_decay=spec.weight_decay)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
             self.optimizer,
             lambda s: lr_factor(s, schedule=spec.lr_schedule, warmup_steps=spec.warmup_steps, max_steps=spec.max_steps),
@@ -206,6 +216,7 @@ class _Run:
         self.scheduler.load_state_dict(state["scheduler"])
         _set_rng_state(state["rng"])
         self.step = int(state["step"])
+        self.trained_s = float(state.get("trained_s", 0.0))
         self.last_checkpoint_step = self.step
         self.log.event("resume", step=self.step, checkpoint=latest.path.name, load_s=round(time.perf_counter() - t0, 4))
 
@@ -223,9 +234,14 @@ class _Run:
         if self.pace is not None:  # a simulated host starts up in the time the marketplace says
             self.pace.wait_start(since_wall=self.wall_started)
         paced_since = time.time()
+        self.train_t0 = time.monotonic()
+        boxed = False
         while self.step < spec.max_steps:
             if self.hang is not None and self.hang.hung():
                 hang_forever()  # as a process stuck in a collective: alive, silent, no progress
+            if spec.time_box_s is not None and self.trained_now_s() >= spec.time_box_s:
+                boxed = True
+                break
             if self.max_seconds is not None and self.elapsed_s() >= self.max_seconds:
                 break
             if self.slice_steps is not None and self.step - first_step >= self.slice_steps:
@@ -277,7 +293,15 @@ class _Run:
                 window_t, window_tokens, window_samples = time.perf_counter(), 0, 0
             if self.step % spec.checkpoint_every == 0 or self.step == spec.max_steps:
                 self.save_checkpoint()
-        if self.step < spec.max_steps:
+        if boxed:
+            self.log.event(
+                "time_box",
+                step=self.step,
+                time_box_s=spec.time_box_s,
+                trained_s=round(self.trained_now_s(), 3),
+                elapsed_s=round(self.elapsed_s(), 3),
+            )
+        elif self.step < spec.max_steps:
             if self.last_checkpoint_step != self.step:
                 self.save_checkpoint()
             self.log.event("cap", step=self.step, max_steps=spec.max_steps, elapsed_s=round(self.elapsed_s(), 3))
@@ -296,6 +320,7 @@ class _Run:
             "rng": _rng_state(),
             "step": self.step,
             "data_position": self.step,
+            "trained_s": self.trained_now_s(),
         }
 
         def fill(tmp: Path) -> None:
@@ -334,7 +359,7 @@ class _Run:
     def finish(self) -> None:
         spec = self.spec
         self.status.update(phase="checkpointing", step=self.step)
-        meta = {
+        meta: dict[str, Any] = {
             "task": spec.task,
             "labels": self.labels,
             "quantization": spec.quantization,
@@ -344,6 +369,11 @@ class _Run:
             "steps": self.step,
             "seed": spec.seed,
         }
+        if self.val_encoded:
+            val = self.validate()
+            meta.update(val_loss=val["val_loss"], val_rows=val["val_rows"], trained_s=round(self.trained_now_s(), 3))
+            self.log.event("val", step=self.step, val_loss=val["val_loss"], val_rows=int(val["val_rows"]))
+            self.status.update(val_loss=val["val_loss"], val_rows=int(val["val_rows"]))
 
         def fill(tmp: Path) -> None:
             ckpt.write_adapter(self.loaded.model, tmp)
@@ -360,6 +390,30 @@ class _Run:
             self.log.event("eval", step=self.step, **metrics)
         self.log.event("finished", step=self.step, max_steps=spec.max_steps, elapsed_s=round(self.elapsed_s(), 3))
         self.status.update(phase="finished", step=self.step, eval=result, exit_code=EXIT_FINISHED)
+
+    def validate(self) -> dict[str, float]:
+        """Loss on the held-out split (`val_fraction`), per target token (per row for classification),
+        in fixed batches of 8 so that the number does not depend on the training batch size."""
+        import torch
+
+        spec = self.spec
+        model = self.loaded.model
+        was_training = model.training
+        model.eval()
+        total, weight = 0.0, 0
+        with torch.no_grad():
+            for i in range(0, len(self.val_encoded), 8):
+                items = self.val_encoded[i : i + 8]
+                batch = {
+                    k: v.to(self.loaded.device) for k, v in collate(items, pad_id=self.pad_id, task=spec.task).items()
+                }
+                out = model(**batch)
+                n = len(items) if spec.task == "classification" else int((batch["labels"][:, 1:] != -100).sum())
+                total += float(out.loss) * n
+                weight += n
+        if was_training:
+            model.train()
+        return {"val_loss": round(total / max(1, weight), 6), "val_rows": float(len(self.val_encoded))}
 
     def evaluate(self) -> dict[str, float]:
         """Mean loss (and accuracy for classification) on eval_file; after the adapter is final."""
@@ -427,6 +481,12 @@ def run_job(job_dir: Path, *, max_seconds: float | None = None, slice_steps: int
     try:
         if refusal is not None:
             return _fail(log, None, EXIT_REFUSED, refusal)
+        if _is_command_job(job_dir):  # the user's own training under the same protocol (trainer/command.py)
+            from trainer.command import run_command_job
+
+            return run_command_job(
+                job_dir, log, started=started, max_seconds=max_seconds, slice_steps=slice_steps, stop=_STOP
+            )
         try:
             spec = load_job(job_dir)
         except JobError as e:
@@ -458,6 +518,15 @@ def run_job(job_dir: Path, *, max_seconds: float | None = None, slice_steps: int
         if status is not None:
             status.stop()
         log.close()
+
+
+def _is_command_job(job_dir: Path) -> bool:
+    """job.json says `kind: command` (an unreadable one is load_job's to refuse)."""
+    try:
+        raw = json.loads((job_dir / "job.json").read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(raw, dict) and raw.get("kind") == "command"
 
 
 def _fail(log: TrainLog, status: StatusFile | None, code: int, reason: str, *, step: int | None = None) -> int:
