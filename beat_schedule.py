@@ -63,6 +63,11 @@ BEAT_SCHEDULE: dict[str, dict[str, Any]] = {
         "schedule": 60.0,
         "options": {"queue": "maintenance", "expires": 55},
     },
+    "research-runs": {
+        "task": "tuneharness.maintenance.research_sweep",
+        "schedule": 60.0,
+        "options": {"queue": "maintenance", "expires": 55},
+    },
 }
 
 
