@@ -19,11 +19,11 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from sqlalchemy import Connection, Engine, select
+from sqlalchemy import Connection, Engine, func, select
 from sqlmodel import Field, SQLModel
 
 from app.budget import Budget, Reservation
@@ -255,15 +255,23 @@ class Rentals:
         with read_connection(self.engine) as conn:
             return [_row(r) for r in conn.execute(q)]
 
-    def billing(self) -> list[Rental]:
+    def billing(self, *, job: str | None = None, holding: Collection[str] | None = None) -> list[Rental]:
         """Every rental that bills or may bill: active, stopped, and intents whose create was sent
-        (the vendor may have rented it and its answer was lost: it bills from its create, unseen)."""
+        (the vendor may have rented it and its answer was lost: it bills from its create, unseen).
+
+        `job`: only that job's. `holding`: only those that may hold one of these reservations (its
+        first reservation among them, or any with further reservations; callers match exactly), so
+        one job's caps are read without loading the whole fleet."""
         sent = select(_S.c.rental_id)
         q = (
             select(_T)
             .where(_T.c.state.in_(("active", "stopped")) | ((_T.c.state == "intent") & _T.c.id.in_(sent)))
             .order_by(_T.c.created_at, _T.c.id)
         )
+        if job is not None:
+            q = q.where(_T.c.job == job)
+        if holding is not None:
+            q = q.where(_T.c.reservation_id.in_(list(holding)) | (func.coalesce(_T.c.other_reservations, "") != ""))
         with read_connection(self.engine) as conn:
             return [_row(r) for r in conn.execute(q)]
 

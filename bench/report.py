@@ -35,6 +35,7 @@ __all__ = ["DOC", "Run", "cell", "load_runs", "main", "render"]
 
 DOC = REPO / "docs" / "benchmarks.md"
 MONEY_DOC = REPO / "docs" / "money-benchmarks.md"
+RESEARCH_DOC = REPO / "docs" / "research-benchmarks.md"
 MAX_LINES = 400
 
 # family: (section title, what the bench measures). Sections appear in this order; any other
@@ -57,6 +58,12 @@ SECTIONS: dict[str, tuple[str, str]] = {
         "per slice, and through `trainer slices`; checkpoint I/O; speed and memory beside a plain "
         "transformers/peft loop.",
     ),
+    "research": (
+        "Autoresearch",
+        "`bench/research.py`: a research run through the real fleet on the simulated marketplace (a tiny "
+        "model on the CPU, 20-second time boxes, one lying host): the best validation loss after each "
+        "iteration and what each accepted change cost to find.",
+    ),
     "triage": (
         "Triage speed",
         "`bench/triage.py`: the rules stage's tails per second on one core, and the chain's time "
@@ -72,6 +79,12 @@ SECTIONS: dict[str, tuple[str, str]] = {
         "GPU",
         "`bench/gpu.py` on a CUDA machine: the real preflight, and a real NF4 QLoRA job through the "
         "trainer, uninterrupted and resumed.",
+    ),
+    "scale": (
+        "Control plane at scale",
+        "`bench/scale.py`: N running jobs supervised by the real Celery workers and beat on Redis and "
+        "PostgreSQL; per-job cost, poll lag, loss detection and sweep length against N. "
+        "Plot: [scale.svg](scale.svg); what it means for a deployment: [deploy.md](deploy.md#running-at-scale).",
     ),
     "faults": (
         "Fault tests at full counts",
@@ -93,6 +106,8 @@ SECTIONS: dict[str, tuple[str, str]] = {
 
 # Families rendered into MONEY_DOC rather than DOC: the money-safety evidence has its own page.
 MONEY_FAMILIES = ("faults", "nemesis", "mutation")
+# Families rendered into RESEARCH_DOC: research runs through the fleet.
+RESEARCH_FAMILIES = ("research",)
 
 
 @dataclass(frozen=True)
@@ -300,7 +315,8 @@ written by `bench/report.py` from the results files in `bench/results/`: do not 
   unit test runs the same comparison. Tests assert behaviour, never timings: these numbers describe
   one machine at one time, and the load average beside each says how busy it was.
 - The money-safety evidence (fault tests at full counts, the nemesis, mutation testing) is in
-  [money-benchmarks.md](money-benchmarks.md), written the same way.
+  [money-benchmarks.md](money-benchmarks.md), research runs in [research-benchmarks.md](research-benchmarks.md),
+  both written the same way.
 """
 
 MONEY_INTRO = """\
@@ -312,9 +328,23 @@ one table per measure with its command, machine, load and date. Written by `benc
 """
 
 
+RESEARCH_INTRO = """\
+# Research benchmarks
+
+Research runs (docs/research.md) through the real fleet, one table per measure with its command,
+machine, load and date. Written by `bench/report.py` from `bench/results/` like
+[benchmarks.md](benchmarks.md): do not edit it by hand.
+"""
+
+
 def render(runs: list[Run]) -> str:
-    """docs/benchmarks.md for these runs (all but the money-safety families)."""
-    return _render(INTRO, [r for r in runs if r.family not in MONEY_FAMILIES])
+    """docs/benchmarks.md for these runs (all but the money-safety and research families)."""
+    return _render(INTRO, [r for r in runs if r.family not in (*MONEY_FAMILIES, *RESEARCH_FAMILIES)])
+
+
+def render_research(runs: list[Run]) -> str:
+    """docs/research-benchmarks.md: the research families only."""
+    return _render(RESEARCH_INTRO, [r for r in runs if r.family in RESEARCH_FAMILIES])
 
 
 def render_money(runs: list[Run]) -> str:
@@ -349,7 +379,8 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     runs = load_runs(args.results)
     money_out = args.money_out or args.out.with_name(MONEY_DOC.name)
-    docs = ((args.out, render(runs)), (money_out, render_money(runs)))
+    research_out = args.out.with_name(RESEARCH_DOC.name)
+    docs = ((args.out, render(runs)), (money_out, render_money(runs)), (research_out, render_research(runs)))
     if args.check:
         stale = [out for out, text in docs if (out.read_text(encoding="utf-8") if out.is_file() else "") != text]
         for out in stale:

@@ -51,7 +51,8 @@ def _schedule(step: MonitorStep, clock: Clock) -> dict[str, Any]:
     return {"job": step.job_id, "next": step.next, "countdown_s": countdown, "detail": step.detail}
 
 
-@task("monitor", "monitor_training")
+# No result is stored: nothing reads it, and at every poll of every job it is Redis traffic.
+@task("monitor", "monitor_training", ignore_result=True)
 def monitor_training(self: Any, job_id: str, seq: int) -> dict[str, Any]:
     """One look at a training job's host: heartbeat, checkpoints, slices, loss, hang, finish."""
     sup = bootstrap.supervisor()

@@ -48,6 +48,7 @@ __all__ = [
     "Verdict",
     "assess",
     "at_cap",
+    "budget_guard_due",
     "halve_micro_batch",
     "judge_our_stop",
     "percentile",
@@ -373,6 +374,14 @@ def at_cap(*, job_phase: str | None, held_work: bool) -> CapMove:
     work is paused (stopped, the job waits for room); anything else ends through the provisioning
     policy (`BudgetCapReached`)."""
     return "pause" if job_phase == "training" and held_work else "end"
+
+
+def budget_guard_due(*, monitor_ok_age_s: float | None, poll_s: float, guard_s: float) -> bool:
+    """Does a job's own poll hold its caps this time? The budget monitor's last pass, `monitor_ok_age_s`
+    ago, stopped whatever could reach a cap within `guard_s` of it; while that still covers this job's
+    next poll (`poll_s` from now) the poll has nothing to add. It holds them when the monitor never
+    passed, or passed too long ago (a paused or lost beat, or a pass slower than its period)."""
+    return monitor_ok_age_s is None or monitor_ok_age_s < 0 or monitor_ok_age_s + poll_s > guard_s
 
 
 def settling(*, resumed: bool, step: int, paused_step: int, since_launch_s: float, stall_s: float) -> bool:

@@ -77,6 +77,7 @@ from app.policy.supervision import (
     StopReason,
     SupervisorConfig,
     assess,
+    budget_guard_due,
     halve_micro_batch,
     judge_our_stop,
     read_with_facts,
@@ -243,7 +244,14 @@ def remote_job_root(job_id: str) -> str:
 
 
 def bundle_for_spec(train: Mapping[str, Any], *, base_dir: str | Path) -> Bundle:
-    """The bundle of a job file's `train` section: base model under `base_model/`, data under `data/`."""
+    """The bundle of a job file's `train` section: base model under `base_model/`, data under `data/`
+    (a `kind: command` section: its files under their own relative paths, app.trainspec)."""
+    if train.get("kind") == "command":
+        from app.trainspec import command_files, command_job_json
+
+        shipped, ref = command_files(train, base_dir=base_dir)
+        pinned = None if ref is None else (ref.hf, ref.revision)
+        return Bundle(job_json=command_job_json(train), files=tuple(shipped), hub=pinned)
     job = dict(train)
     files: list[tuple[Path, str]] = []
     base = Path(base_dir)
@@ -425,7 +433,8 @@ class SupervisorService:
         return seq
 
     def guard_budget(self, job_id: str) -> list[str]:
-        """The job's caps, held by its own monitor chain at every poll (beat or no beat): when a cap
+        """The job's caps, held by its own monitor chain at each poll the beat's budget monitor does not
+        cover (beat or no beat, `_budget_guard_due`): when a cap
         it reserves against reaches its stop level (billed plus `budget_guard_s` of burn, every
         rental under the cap counted), this job's host is stopped for the budget and its next look
         pauses the job, as the budget monitor would. That monitor is a beat task: a paused or lost
@@ -453,6 +462,18 @@ class SupervisorService:
         for err in report.errors:
             self.ledger.append(Event(kind="supervisor_error", job=job_id, reason=f"budget guard: {err}"[:500]))
         return [i for i in report.stopped if i]
+
+    def _budget_guard_due(self) -> bool:
+        """Hold the caps in this poll unless the beat's budget monitor passed recently enough
+        (`app.policy.supervision.budget_guard_due`): one read, not a pass over the job's caps."""
+        from app.liveness import last_successes
+        from app.policy.provisioning import guarded_config
+
+        at = last_successes(self.engine).get("budget-monitor")
+        age = None if at is None else self.clock.now() - self._clock_of(at)
+        return budget_guard_due(
+            monitor_ok_age_s=age, poll_s=self.cfg.monitor_s, guard_s=guarded_config().budget_guard_s
+        )
 
     def end_chain(self, job_id: str) -> None:
         """The operator cancelled the job (app.services.lifecycle): a monitor task still queued finds
@@ -499,7 +520,8 @@ class SupervisorService:
             phase = "unknown" if loaded is None else loaded[0].phase
             return MonitorStep(job_id, "none", detail=f"job is {phase}, not training")
         att = loaded[0].attempt
-        self.guard_budget(job_id)
+        if self._budget_guard_due():
+            self.guard_budget(job_id)
         if watch.instance_id != att.instance_id:
             watch.instance_id, watch.launched, watch.ssh_failures, watch.same_host_restarts = (
                 att.instance_id,
