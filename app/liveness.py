@@ -10,7 +10,11 @@ from sqlmodel import Field, SQLModel
 
 from app.db import read_connection, write_transaction
 
-__all__ = ["Overdue", "PeriodicRun", "last_successes", "overdue", "record_success"]
+__all__ = ["BUDGET_MONITOR_CLEAN", "Overdue", "PeriodicRun", "last_successes", "overdue", "record_success"]
+
+# The budget monitor's last pass that reported no error (every stop it decided was made). A job's own
+# poll skips its caps' guard only while such a pass covers it; a pass with a failed stop does not.
+BUDGET_MONITOR_CLEAN = "budget-monitor-clean"
 
 
 class PeriodicRun(SQLModel, table=True):

@@ -10,7 +10,7 @@ import time
 from typing import Any
 
 from app import bootstrap
-from app.liveness import record_success
+from app.liveness import BUDGET_MONITOR_CLEAN, record_success
 from app.market import Market
 from app.policy.guardrails import BUDGET_CHECKPOINT_WAIT_S, IDLE_GRACE_S
 from app.rentals import Rentals
@@ -193,4 +193,6 @@ def budget_monitor(self: Any) -> dict[str, Any]:
     for step in ended:
         schedule(step)
     record_success(bootstrap.engine(), "budget-monitor", time.time())
+    if not report.errors:
+        record_success(bootstrap.engine(), BUDGET_MONITOR_CLEAN, now)
     return _summary(report)

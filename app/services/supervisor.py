@@ -464,12 +464,12 @@ class SupervisorService:
         return [i for i in report.stopped if i]
 
     def _budget_guard_due(self) -> bool:
-        """Hold the caps in this poll unless the beat's budget monitor passed recently enough
-        (`app.policy.supervision.budget_guard_due`): one read, not a pass over the job's caps."""
-        from app.liveness import last_successes
+        """Hold the caps in this poll unless the beat's budget monitor passed, with no error, recently
+        enough (`app.policy.supervision.budget_guard_due`): one read, not a pass over the job's caps."""
+        from app.liveness import BUDGET_MONITOR_CLEAN, last_successes
         from app.policy.provisioning import guarded_config
 
-        at = last_successes(self.engine).get("budget-monitor")
+        at = last_successes(self.engine).get(BUDGET_MONITOR_CLEAN)
         age = None if at is None else self.clock.now() - self._clock_of(at)
         return budget_guard_due(
             monitor_ok_age_s=age, poll_s=self.cfg.monitor_s, guard_s=guarded_config().budget_guard_s
