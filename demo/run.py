@@ -16,6 +16,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
@@ -270,7 +271,7 @@ def demo_trace() -> Path:
 
     trace = json.loads(Path(shipped_trace_path("smoke")).read_text())
     good = next(h for h in trace["hosts"] if h["machine_id"] == "m-good")
-    for i, dph in ((2, 0.15), (3, 0.16), (4, 0.17), (5, 0.18)):
+    for i, dph in ((2, 0.15), (3, 0.16), (4, 0.17), (5, 0.18), (6, 0.19)):
         trace["hosts"].append({**good, "machine_id": f"m-good-{i}", "offer": {**good["offer"], "dph": dph}})
     trace["name"] = "demo"
     path = DEMO / "demo-trace.json"
@@ -381,6 +382,7 @@ def live_job(stack) -> None:  # type: ignore[no-untyped-def]
         f"a job with a gate trains one adapter per seed: {gated_id}-seed-1 and {gated_id}-seed-2, "
         "each provisioned and supervised on its own"
     )
+    byo_id = submit_byo_job(jobdir)
     job_id = f"{gated_id}-seed-1"  # the run this demo watches (and interrupts)
     ledger = Ledger(engine(load_settings(env())))
 
@@ -436,6 +438,7 @@ def live_job(stack) -> None:  # type: ignore[no-untyped-def]
     sh("hosts", "held", "--all")
     verify_bit_identical(job_id, jobdir)
     sh("receipt", "--job", job_id)
+    show_byo_job(byo_id, ledger, phase)
 
     section("6. The deploy gate: both seeds' adapters against the baseline, judged on the worst seed")
     console.print(
@@ -454,6 +457,115 @@ def live_job(stack) -> None:  # type: ignore[no-untyped-def]
             "does not beat the always-x0 rule on held-out rows by the worst seed (a tie is refused); the "
             "`gate_refused` alert is raised and nothing goes to production. That is the gate doing its job."
         )
+    autoresearch(jobdir)
+
+
+RESEARCH_BASE = """\
+name: demo-research-base
+train:
+  base_model: model
+  task: causal_lm
+  train_file: train.jsonl
+  max_steps: 100000           # the time box ends each experiment
+  checkpoint_every: 100
+  seed: 1
+  learning_rate: 1.0e-3
+  lr_schedule: constant
+  batch_size: 8
+  max_seq_len: 48
+  lora: {r: 4, alpha: 8, target_modules: [q_proj, v_proj]}
+  quantization: none
+needs:
+  gpu: [RTX 3090]
+  providers: [sim]
+  disk_gb: 20
+  download_gb: 0.3
+  train_hours: 0.05
+"""
+
+RESEARCH = """\
+name: demo-search
+job: job.yaml
+axes:
+  learning_rate: {times: [4.0, 0.25]}
+time_box_s: 20
+val_fraction: 0.25
+tier: RTX 3090
+iterations: 1
+mutations: 2
+parallelism: 2
+baseline_seeds: [1, 2]
+budget_usd: 3.0
+job_budget_usd: 0.5
+"""
+
+
+def autoresearch(jobdir: Path) -> None:
+    """A research run on the same fleet: a two-seed baseline, then two one-axis changes, all time-boxed."""
+    section("7. Autoresearch: time-boxed experiments on rented hosts, a change kept only above the noise")
+    rdir = DEMO / "research"
+    rdir.mkdir(parents=True, exist_ok=True)
+    shutil.copytree(jobdir / "model", rdir / "model", dirs_exist_ok=True)
+    shutil.copy(jobdir / "train.jsonl", rdir / "train.jsonl")
+    (rdir / "job.yaml").write_text(RESEARCH_BASE)
+    (rdir / "research.yaml").write_text(RESEARCH)
+    run = sh("research", "start", str(rdir / "research.yaml")).stdout.strip()
+
+    def phase() -> str:
+        out = sh("research", "show", run, "--json", show=False, echo=False, check=False).stdout
+        return str(json.loads(out).get("phase", "")) if out.strip().startswith("{") else ""
+
+    console.print("each experiment is a job: reserved from the run's budget, provisioned, preflighted, supervised")
+    try:
+        wait_for(lambda: phase() == "finished", 420, "the research run", 2.0)
+    except SystemExit:
+        sh("research", "stop", run, check=False)
+        raise
+    sh("research", "board", run)
+
+
+BYO_JOB = """\
+name: demo-own-trainer
+train:                    # your own transformers.Trainer script, run under the same guarantees
+  kind: command
+  script: sft.py
+  args: [--model, base_model, --data, train.jsonl, --max-steps, "16", --save-steps, "4"]
+  base_model: model
+  train_file: train.jsonl
+  max_steps: 16
+needs:
+  gpu: [RTX 3090]
+  providers: [sim]
+  disk_gb: 20
+  download_gb: 3
+  train_hours: 0.05
+budget_usd: 2.0
+"""
+
+
+def submit_byo_job(jobdir: Path) -> str:
+    """A plain transformers.Trainer script (examples/byo/) as a `kind: command` job beside the built-in one."""
+    byo = DEMO / "byo"
+    byo.mkdir(parents=True, exist_ok=True)
+    shutil.copytree(jobdir / "model", byo / "model", dirs_exist_ok=True)
+    shutil.copy(jobdir / "train.jsonl", byo / "train.jsonl")
+    shutil.copy(REPO / "examples" / "byo" / "hf_trainer_sft.py", byo / "sft.py")
+    (byo / "job.yaml").write_text(BYO_JOB)
+    byo_id = sh("submit", str(byo / "job.yaml")).stdout.strip()
+    console.print(
+        f"beside it, {byo_id}: a plain transformers.Trainer script (docs/byo-training.md); the trainer agent "
+        "injects a callback for status, slice caps that save and stop, and verified checkpoints"
+    )
+    return byo_id
+
+
+def show_byo_job(byo_id: str, ledger: Any, phase: Callable[[str], str]) -> None:
+    """The Trainer-based job's way: sliced, checkpoints pulled, its adapter pulled like the built-in one's."""
+    wait_for(lambda: phase(byo_id) in ("failed", "done"), 300, "the Trainer-based job to finish", 1.0)
+    kinds = ["training_started", "checkpoint_pulled", "adapter_pulled"]
+    for e in ledger.rows(job=byo_id, kind=kinds):
+        console.print(f"  seq {e.seq:>3} {e.kind:<17} {e.instance or '':<7} {e.reason}")
+    console.print(f"{byo_id}: {phase(byo_id)}")
 
 
 def verify_bit_identical(job_id: str, jobdir: Path) -> None:
@@ -486,7 +598,7 @@ def verify_bit_identical(job_id: str, jobdir: Path) -> None:
 
 
 def money_guardrails() -> None:
-    section("7. Budgets are reserved before anything is spent")
+    section("8. Budgets are reserved before anything is spent")
     from app.bootstrap import engine
     from app.budget import Budget
     from app.errors import BudgetExceeded
@@ -504,7 +616,7 @@ def money_guardrails() -> None:
 
 
 def ledger_integrity() -> None:
-    section("8. The ledger is append-only and hash-chained")
+    section("9. The ledger is append-only and hash-chained")
     import sqlite3
 
     sh("ledger", "note", "demo: nothing was destroyed by hand")
@@ -536,7 +648,7 @@ def ledger_integrity() -> None:
 
 
 def triage_real_logs() -> None:
-    section("9. train.log triage on real logs from public issue threads: rules, then the promoted specialist")
+    section("10. train.log triage on real logs from public issue threads: rules, then the promoted specialist")
     import json
 
     from app.triage.corpus import REAL_BATCHES, real_rows
@@ -630,7 +742,7 @@ def triage_real_logs() -> None:
 
 
 def operators_cockpit() -> None:
-    section("10. The operator's cockpit: a job's timeline, every page in one file, Prometheus, a cost plan")
+    section("11. The operator's cockpit: a job's timeline, every page in one file, Prometheus, a cost plan")
     import json
 
     jobs = json.loads(sh("jobs", "--json", show=False, echo=False).stdout)
@@ -644,6 +756,9 @@ def operators_cockpit() -> None:
         "plots, in one file that references nothing outside it (`tuneharness web` serves the same pages live)"
     )
     sh("metrics", limit_lines=14)
+    console.print("the database's schema revision (upgrades are Alembic migrations), and the job file's JSON Schema:")
+    sh("db", "current")
+    sh("schema", "job", limit_lines=6)
     console.print("what 4 jobs of 3 h on an A100 would cost, three ways (5 seeds here; 30 by default):")
     sh("plan", "--gpu", "A100", "--train-hours", "3", "--jobs", "4", "--seeds", "5")
 
