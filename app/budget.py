@@ -22,7 +22,7 @@ from app.errors import BudgetExceeded, UserError
 from app.ledger import Event, Ledger
 from app.numbers import MAX_USD, finite, is_finite_number
 
-__all__ = ["Budget", "BudgetCap", "BudgetStatus", "Reservation", "ReservationRow"]
+__all__ = ["IN_CHUNK", "Budget", "BudgetCap", "BudgetStatus", "Reservation", "ReservationRow", "in_chunks"]
 
 # Amounts are dollars; a tolerance below a hundredth of a cent absorbs float rounding.
 _EPSILON_USD = 1e-9
@@ -283,6 +283,33 @@ class Budget:
             )
             return {str(r) for r in rows.scalars()}
 
+    def held_by(self, names: Collection[str] | None = None) -> dict[str, set[str]]:
+        """`held` for every cap (or only `names`) at once: one read of the caps' periods, then
+        `held_of`. A cap holding nothing maps to an empty set; an unknown name is left out."""
+        with read_connection(self.engine) as conn:
+            caps = self._caps(conn, names)
+        return self.held_of([(str(c.name), str(c.period)) for c in caps])
+
+    def held_of(self, caps: Sequence[tuple[str, str]] | Sequence[BudgetStatus]) -> dict[str, set[str]]:
+        """`held` for these caps, given as (name, period) or as `status` read them: one query per
+        distinct period (per `IN_CHUNK` caps), not one per cap."""
+        pairs = [(c.name, c.period) if isinstance(c, BudgetStatus) else c for c in caps]
+        now_ts = datetime.now(UTC).timestamp()
+        out: dict[str, set[str]] = {name: set() for name, _ in pairs}
+        with read_connection(self.engine) as conn:
+            for period, group in _by_period(pairs):
+                for chunk in in_chunks(group):
+                    rows = conn.execute(
+                        select(_RES.c.budget, _RES.c.id).where(
+                            _RES.c.budget.in_(chunk),
+                            _RES.c.state == HELD,
+                            _RES.c.created_ts >= period_start(period, now_ts),
+                        )
+                    )
+                    for r in rows:
+                        out[str(r.budget)].add(str(r.id))
+        return out
+
     def caps_of(self, reservation_ids: Collection[str]) -> set[str]:
         """The caps these reservations are held against (one query)."""
         if not reservation_ids:
@@ -355,25 +382,52 @@ class Budget:
         )
 
     def status(self, names: Collection[str] | None = None) -> list[BudgetStatus]:
-        """Each cap (or only `names`) with what is reserved and spent in its current period."""
+        """Each cap (or only `names`) with what is reserved and spent in its current period: one read
+        of the caps, then one grouped query per distinct period (per `IN_CHUNK` caps), not one per cap."""
         with read_connection(self.engine) as conn:
-            q = select(_CAPS).order_by(_CAPS.c.name)
-            if names is not None:
-                q = q.where(_CAPS.c.name.in_(list(names)))
-            caps = conn.execute(q).all()
-            out = []
+            caps = self._caps(conn, names)
             now_ts = datetime.now(UTC).timestamp()
-            for c in caps:
-                sums: dict[str, float] = dict(
-                    conn.execute(
-                        select(_RES.c.state, func.sum(_RES.c.amount_usd))
-                        .where(_RES.c.budget == c.name, _RES.c.created_ts >= period_start(c.period, now_ts))
-                        .group_by(_RES.c.state)
-                    ).all()
-                )
-                out.append(
-                    BudgetStatus(
-                        c.name, c.cap_usd, float(sums.get(HELD, 0.0)), float(sums.get(SETTLED, 0.0)), c.unit, c.period
+            sums: dict[tuple[str, str], float] = {}
+            for period, group in _by_period([(str(c.name), str(c.period)) for c in caps]):
+                for chunk in in_chunks(group):
+                    rows = conn.execute(
+                        select(_RES.c.budget, _RES.c.state, func.sum(_RES.c.amount_usd))
+                        .where(_RES.c.budget.in_(chunk), _RES.c.created_ts >= period_start(period, now_ts))
+                        .group_by(_RES.c.budget, _RES.c.state)
                     )
+                    for budget, state, total in rows:
+                        sums[(str(budget), str(state))] = float(total or 0.0)
+            return [
+                BudgetStatus(
+                    c.name,
+                    c.cap_usd,
+                    sums.get((str(c.name), HELD), 0.0),
+                    sums.get((str(c.name), SETTLED), 0.0),
+                    c.unit,
+                    c.period,
                 )
-            return out
+                for c in caps
+            ]
+
+    @staticmethod
+    def _caps(conn: Connection, names: Collection[str] | None) -> list[Any]:
+        q = select(_CAPS).order_by(_CAPS.c.name)
+        if names is None:
+            return list(conn.execute(q).all())
+        return [c for chunk in in_chunks(sorted(set(names))) for c in conn.execute(q.where(_CAPS.c.name.in_(chunk)))]
+
+
+IN_CHUNK = 500  # names or ids per IN (...) list: far under SQLite's and PostgreSQL's parameter limits
+
+
+def in_chunks(items: Sequence[str]) -> list[list[str]]:
+    """`items` cut into lists of at most `IN_CHUNK`, one bulk query's IN (...) each."""
+    return [list(items[i : i + IN_CHUNK]) for i in range(0, len(items), IN_CHUNK)]
+
+
+def _by_period(caps: Sequence[tuple[str, str]]) -> list[tuple[str, list[str]]]:
+    """The caps' names, from (name, period) pairs, grouped by their period (one period start each)."""
+    groups: dict[str, list[str]] = {}
+    for name, period in caps:
+        groups.setdefault(period, []).append(name)
+    return sorted(groups.items())

@@ -432,13 +432,27 @@ def _burn_per_s(r: Rental, *, unit: str) -> float:
     return storage + ((r.rate_usd_per_hour or 0.0) / 3600.0 if r.billing_gpu else 0.0)
 
 
-def _spend(rentals: Rentals | None, mine: list[Rental], *, unit: str, spent_usd: float, now: float) -> float:
+@dataclass(frozen=True)
+class _Billed:
+    """What the live rentals have billed so far, read for all of them at once (three queries, not
+    three per rental): since when each bills its current job, and its dollars up to `now`."""
+
+    since: Mapping[str, float]
+    usd: Mapping[str, float]
+
+    @classmethod
+    def read(cls, rentals: Rentals, live: list[Rental], *, now: float) -> _Billed:
+        since = rentals.billed_from_many(live)
+        return cls(since, rentals.spent_usd_many(live, now=now, billed_from=since))
+
+
+def _spend(billed: _Billed | None, mine: list[Rental], *, unit: str, spent_usd: float, now: float) -> float:
     """What a cap has spent: settled reservations plus what its live rentals have billed so far."""
-    if rentals is None:
+    if billed is None:
         return spent_usd
     if unit == "gpu_minutes":
-        return spent_usd + sum(max(0.0, (r.stopped_at or now) - rentals.billed_from(r)) / 60.0 for r in mine)
-    return spent_usd + sum(rentals.spent_usd(r, now=now) for r in mine)
+        return spent_usd + sum(max(0.0, (r.stopped_at or now) - billed.since[r.id]) / 60.0 for r in mine)
+    return spent_usd + sum(billed.usd[r.id] for r in mine)
 
 
 def budget_room(budget: Budget, rentals: Rentals, rental: Rental, *, now: float) -> bool:
@@ -449,32 +463,52 @@ def budget_room(budget: Budget, rentals: Rentals, rental: Rental, *, now: float)
 
     cfg = guarded_config()
     ours = set(rentals.reservations_of(rental.id))
-    live = rentals.billing()
+    names = budget.caps_of(ours)
+    if not names:
+        return True
+    held_by = budget.held_by(names)
+    held_any = set().union(*held_by.values())
+    live = rentals.billing(holding=held_any) if held_any else []
+    reserved = {k: set(v) for k, v in rentals.reservations_of_many([r.id for r in live]).items()}
+    billed: _Billed | None = None
     running = replace(rental, state="active")
-    for s in budget.status():
-        held = budget.held(s.name)
+    for s in budget.status(names):
+        held = held_by.get(s.name, set())
         if not held & ours:
             continue
-        mine = [r for r in live if held & set(rentals.reservations_of(r.id))]
-        spent = _spend(rentals, mine, unit=s.unit, spent_usd=s.spent_usd, now=now)
+        mine = [r for r in live if held & reserved[r.id]]
+        billed = billed or _Billed.read(rentals, live, now=now)
+        spent = _spend(billed, mine, unit=s.unit, spent_usd=s.spent_usd, now=now)
         burn = sum(_burn_per_s(running if r.id == rental.id else r, unit=s.unit) for r in mine)
         if budget_verdict(spent_usd=spent, burn_usd_per_s=burn, cap_usd=s.cap_usd, cfg=cfg) == "stop":
             return False
     return True
 
 
-def _live_under_caps_of(budget: Budget, rentals: Rentals, job: str) -> list[Rental]:
-    """The billing rentals `job`'s caps count: its own, and any other holding a reservation under
-    one of those caps (a cap shared by several jobs)."""
+@dataclass(frozen=True)
+class _CapsOfJob:
+    """One job's caps and the billing rentals they count: its own, and any other holding a
+    reservation under one of those caps (a cap shared by several jobs)."""
+
+    live: list[Rental]
+    reserved: dict[str, set[str]]  # each live rental's reservations
+    names: set[str]  # the caps the job's own live rentals reserve against
+    held_by: dict[str, set[str]]  # each of those caps' held reservations
+
+
+def _caps_of_job(budget: Budget, rentals: Rentals, job: str) -> _CapsOfJob:
     own = rentals.billing(job=job)
-    names = budget.caps_of({rid for r in own for rid in rentals.reservations_of(r.id)})
-    held: set[str] = set()
-    for name in names:
-        held |= budget.held(name)
+    reserved = {k: set(v) for k, v in rentals.reservations_of_many([r.id for r in own]).items()}
+    names = budget.caps_of({rid for r in own for rid in reserved[r.id]})
+    held_by = budget.held_by(names) if names else {}
+    held = set().union(*held_by.values())
     if not held:
-        return own
+        return _CapsOfJob(own, reserved, names, held_by)
     mine = {r.id for r in own}
-    return own + [r for r in rentals.billing(holding=held) if r.id not in mine]
+    others = [r for r in rentals.billing(holding=held) if r.id not in mine]
+    if others:
+        reserved.update({k: set(v) for k, v in rentals.reservations_of_many([r.id for r in others]).items()})
+    return _CapsOfJob(own + others, reserved, names, held_by)
 
 
 def sweep_budgets(
@@ -526,27 +560,37 @@ def sweep_budgets(
     cfg = guarded_config()
     report = SweepReport("budget_monitor")
     now = _time.time() if now is None else now
-    if rentals is not None and only_job is not None:
+    live: list[Rental] = []
+    reserved: dict[str, set[str]] = {}
+    names: set[str] | None = None
+    held_by: dict[str, set[str]] | None = None
+    if only_job is not None:
+        if rentals is None:
+            return report
         # One job's caps: only the rentals that can count under them, never the whole fleet (a job's
         # monitor asks at every poll, so a read of every rental here grows with the fleet squared).
-        live = _live_under_caps_of(budget, rentals, only_job)
-    else:
-        live = rentals.billing() if rentals is not None else []
-    # Each live rental's reservations read once per pass, not once per cap (a cap per job: caps x live).
-    reserved = {r.id: set(rentals.reservations_of(r.id)) for r in live} if rentals is not None else {}
-    names: set[str] | None = None
-    if only_job is not None:
-        names = budget.caps_of({rid for r in live if r.job == only_job for rid in reserved[r.id]})
-        if not names:
+        scope = _caps_of_job(budget, rentals, only_job)
+        if not scope.names:
             return report
+        live, reserved, names, held_by = scope.live, scope.reserved, scope.names, scope.held_by
+    elif rentals is not None:
+        live = rentals.billing()
+        # Every live rental's reservations in one query, not one per rental nor per cap (caps x live).
+        reserved = {k: set(v) for k, v in rentals.reservations_of_many([r.id for r in live]).items()}
     if rentals is not None and markets is not None:
         _end_unconfirmed_creates(budget, rentals, markets, live, report, only_job=only_job, now=now)
-    for s in budget.status(names):
+    # Each cap's level and holdings read for all caps at once, and each live rental's bill once per
+    # pass: a constant number of queries whatever the number of caps and rentals.
+    statuses = budget.status(names)
+    if held_by is None:
+        held_by = budget.held_of(statuses) if statuses else {}
+    billed = _Billed.read(rentals, live, now=now) if rentals is not None else None
+    for s in statuses:
         try:
             report.examined += 1
-            held = budget.held(s.name)
+            held = held_by.get(s.name, set())
             mine = [r for r in live if held & reserved[r.id]]
-            spent = _spend(rentals, mine, unit=s.unit, spent_usd=s.spent_usd, now=now)
+            spent = _spend(billed, mine, unit=s.unit, spent_usd=s.spent_usd, now=now)
             burn = sum(_burn_per_s(r, unit=s.unit) for r in mine)
             level = budget_verdict(spent_usd=spent, burn_usd_per_s=burn, cap_usd=s.cap_usd, cfg=cfg)
             if level == "ok":

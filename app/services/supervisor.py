@@ -565,11 +565,13 @@ class SupervisorService:
             return MonitorStep(job_id, "monitor", step.wake_at, seq + 1, step.detail, transfer=step.transfer)
         return step
 
-    def _shell(self, inst: Instance, job_id: str) -> HostShell:
+    def _shell(self, inst: Instance, job_id: str, rental: Rental | None = None) -> HostShell:
         """A shell on the job's host with the key that host was launched with: the key is per rental
         (`Rental.opened_by`), so a held host transferred to this job, or a standby host, opens with
-        the key whose public half is on it; nothing more is installed on the host."""
-        rental = self.provisioning.rentals.by_instance(inst.provider, inst.instance_id)
+        the key whose public half is on it; nothing more is installed on the host. `rental`: the
+        host's rental as this poll read it already (its id, hence its key, never changes); None: read it."""
+        if rental is None:
+            rental = self.provisioning.rentals.by_instance(inst.provider, inst.instance_id)
         return self.shell_for(inst, rental.opened_by if rental is not None else job_id)
 
     def _next(self, job_id: str, delay_s: float, detail: str) -> MonitorStep:
@@ -579,7 +581,8 @@ class SupervisorService:
         from app.ssh import SSHError  # paramiko loads only where hosts are polled
 
         now = self.clock.now()
-        ours = self._our_stop(inst)
+        rental = self.provisioning.rentals.by_instance(inst.provider, inst.instance_id)  # read once per poll
+        ours = self._our_stop(inst, rental)
         if ours is not None:
             return self._paused(job_id, w, market, inst, ours)
         restarting_for_s = None if w.restarted_at is None or w.launched else now - w.restarted_at
@@ -598,7 +601,7 @@ class SupervisorService:
                 return waiting
         shell: HostShell | None = None
         try:
-            shell = self._shell(inst, job_id)
+            shell = self._shell(inst, job_id, rental)
             if not w.launched:
                 self._launch(job_id, w, shell, first_on_host=True)
                 if w.restarted_at is not None:
@@ -966,10 +969,9 @@ class SupervisorService:
         )
         return self.provisioning.observe(job_id, obs)
 
-    def _our_stop(self, inst: Instance) -> StoppedByUs | None:
-        """The fact: did we stop this host, and who? Our registry holds the rental `stopped` only
-        after one of our stops; the stop's ledger event names who in `stopped_by`."""
-        rental = self.provisioning.rentals.by_instance(inst.provider, inst.instance_id)
+    def _our_stop(self, inst: Instance, rental: Rental | None) -> StoppedByUs | None:
+        """The fact: did we stop this host, and who? Our registry holds the rental (`rental`, the
+        host's row) `stopped` only after one of our stops; the stop's ledger event names who in `stopped_by`."""
         if rental is None or rental.state != "stopped":
             return None
         stops = [

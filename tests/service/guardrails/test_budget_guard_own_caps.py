@@ -4,6 +4,8 @@ the fleet squared."""
 
 from __future__ import annotations
 
+from collections.abc import Collection
+
 from app.alerts import InMemoryNotifier
 from app.market import LaunchSpec, OfferQuery
 from app.rentals import Rentals
@@ -37,13 +39,13 @@ def test_a_job_with_its_own_cap_reads_only_its_own_rentals(rentals: Rentals, clo
     market = make_market([host(i) for i in range(6)], clock)
     made = [_rent_on_own_cap(rentals, market, clock, f"j{i}", f"m-{i}") for i in range(6)]
     looked_up: list[str] = []
-    real = rentals.reservations_of
+    real = rentals.reservations_of_many
 
-    def counting(rental_id: str) -> list[str]:
-        looked_up.append(rental_id)
-        return real(rental_id)
+    def counting(rental_ids: Collection[str]) -> dict[str, list[str]]:
+        looked_up.extend(rental_ids)
+        return real(rental_ids)
 
-    rentals.reservations_of = counting  # type: ignore[method-assign]
+    rentals.reservations_of_many = counting  # type: ignore[method-assign]
     clock.advance(10 * 3600)  # $0.10/h for 10 h: every job past its $1 cap
     report = sweep_budgets(
         rentals.budget,

@@ -4,6 +4,8 @@ rentals queries every minute, and the nemesis at 500 jobs spent most of its time
 
 from __future__ import annotations
 
+from collections.abc import Collection
+
 from app.alerts import InMemoryNotifier
 from app.rentals import Rentals
 from app.services.guardrails import sweep_budgets
@@ -22,13 +24,13 @@ def test_each_live_rental_is_looked_up_once_per_pass(rentals: Rentals, clock: Vi
         rentals.budget.set_cap(f"other-{i}", 50.0)
     rentals.budget.set_cap("tight", 0.5)
     looked_up: list[str] = []
-    real = rentals.reservations_of
+    real = rentals.reservations_of_many
 
-    def counting(rental_id: str) -> list[str]:
-        looked_up.append(rental_id)
-        return real(rental_id)
+    def counting(rental_ids: Collection[str]) -> dict[str, list[str]]:
+        looked_up.extend(rental_ids)
+        return real(rental_ids)
 
-    rentals.reservations_of = counting  # type: ignore[method-assign]
+    rentals.reservations_of_many = counting  # type: ignore[method-assign]
     report = sweep_budgets(
         rentals.budget, notifier=InMemoryNotifier(), rentals=rentals, markets={"sim": market}, now=clock.now() + 3600
     )
