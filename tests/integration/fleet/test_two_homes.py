@@ -27,6 +27,7 @@ SCALE = 5.0  # simulated seconds per wall second
 MAX_STEPS = 32
 CHECKPOINT_EVERY = 8
 SLICE_STEPS = 16
+TRAIN_STEP_S = 10.0  # simulated seconds per step: 2 s of wall time each at SCALE
 
 pytestmark = [pytest.mark.slow, pytest.mark.postgres]
 
@@ -92,6 +93,8 @@ def sim_url(th_env: dict[str, str], tmp_path: Path) -> Iterator[str]:
         [
             *(sys.executable, "-m", "app.cli.main", "sim", "serve", "--trace", str(_trace(tmp_path / "trace.json"))),
             *("--scale", str(SCALE), "--root", str(tmp_path / "sim"), "--url-file", str(url_file)),
+            # A paced trainer: the host is still training when the test destroys it, however loaded the machine.
+            *("--train-step-s", str(TRAIN_STEP_S)),
         ],
         cwd=ROOT,
         env=env,

@@ -27,6 +27,8 @@ NOT_READS = {
     "triage train-specialist",
     "hosts unquarantine",
     "triage",  # --jsonl: JSON lines in, JSON lines out
+    "research start",  # enqueues a run and prints its id
+    "research stop",
 }
 
 
