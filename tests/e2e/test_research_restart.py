@@ -1,5 +1,5 @@
 """End to end: the control plane restarts in the middle of a research run (its worker stopped while the
-baseline trains, a fresh worker started, the sweep's re-arm sent), and the run resumes from the
+baseline trains, a fresh worker started, the sweeps' re-arms sent), and the run resumes from the
 database: it finishes with every experiment recorded once and no job submitted twice."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.research_fleet import research_fleet, research_text, write_inputs
-from tests.support.services import CeleryWorker, wait_until
+from tests.support.services import CeleryWorker, celery_client, wait_until
 
 AXES = "  learning_rate: {times: [8.0]}\n"
 
@@ -56,6 +56,17 @@ def test_a_research_run_survives_a_control_plane_restart(th_env: dict[str, str],
             [sys.executable, "-c", REARM, run_id], cwd=ROOT, env=fleet.env, capture_output=True, text=True, check=False
         )
         assert rearm.returncode == 0, rearm.stderr
+        # Beat's backstop, sent by hand (no beat here): a training job whose monitor chain died with the
+        # stopped worker is re-armed once overdue.
+        client = celery_client(fleet.env)
+
+        def baseline_ended() -> bool:
+            client.send_task("tuneharness.maintenance.rearm_monitors", queue="maintenance").get(timeout=60)
+            jobs = json.loads(fleet.cli("jobs", "--json").stdout)
+            mine = [j for j in jobs if j["job_id"].startswith(f"{run_id}-e000-")]
+            return all(j["phase"] in ("done", "failed") for j in mine)
+
+        assert wait_until(baseline_ended, timeout_s=600, interval_s=5.0), fleet.log_tail()
         assert fleet.wait_finished(run_id, timeout_s=1200), fleet.log_tail()
 
         lines = fleet.experiments(run_id)
