@@ -44,7 +44,15 @@ def test_research_run_through_the_fleet_ends_with_its_records_board_and_best(
 
         # experiments.jsonl: the baseline and 2 x 2 mutations, every field present, one line each.
         assert state["finished_reason"] == "iterations done", state
-        assert [r["axis"] is None for r in lines] == [True, False, False, False, False]
+        # Iteration 1 tries lr x8 and warmup +20; iteration 2 proposes what was not yet tried from the best:
+        # two changes of a new best, or, when iteration 1 kept nothing, the one left (lr x0.25) and again
+        # any change a slow host could not judge.
+        assert lines[0]["axis"] is None and all(r["axis"] is not None for r in lines[1:])
+        first = [r for r in lines if r["iteration"] == 1]
+        second = [r for r in lines if r["iteration"] == 2]
+        assert len(first) == 2 and [r["exp"] for r in lines] == sorted(r["exp"] for r in lines)
+        kept = any(r["verdict"] == "accepted" for r in first)
+        assert len(second) == (2 if kept else min(2, 1 + sum(r["verdict"] == "slow" for r in first))), lines
         assert len({r["exp"] for r in lines}) == len(lines)
         for r in lines:
             assert tuple(r) == EXPERIMENT_FIELDS
