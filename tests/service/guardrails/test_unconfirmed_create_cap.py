@@ -36,12 +36,24 @@ class LostAnswers:
         return getattr(self.inner, name)
 
 
+def _plan(rentals: Rentals, clock: VirtualClock, *, job: str, attempt: int, offer: Offer, reserve_usd: float):  # type: ignore[no-untyped-def]
+    """Steps 1 and 2 of a create under the job's own cap `job-<job>`: reserve, then write the intent."""
+    return rentals.plan(
+        job=job,
+        attempt=attempt,
+        offer=offer,
+        disk_gb=10,
+        ttl_s=99_999,
+        now=clock.now(),
+        reserve_usd=reserve_usd,
+        budget_name=f"job-{job}",
+    )
+
+
 def _unconfirmed(rentals: Rentals, market: LostAnswers, clock: VirtualClock, *, cap: float) -> str:
     rentals.budget.set_cap("job-u", cap)
     offer = market.inner.search_offers(OfferQuery(limit=0))[0]
-    plan = rentals.plan(
-        job="u", attempt=1, offer=offer, disk_gb=10, ttl_s=99_999, now=clock.now(), reserve_usd=cap, budget_name="job-u"
-    )
+    plan = _plan(rentals, clock, job="u", attempt=1, offer=offer, reserve_usd=cap)
     with pytest.raises(CreateUnconfirmed):
         rentals.execute(plan.id, market=market, now=clock.now(), spec=SPEC)  # type: ignore[arg-type]
     market.listing_fails = 1  # the first look-up by its label fails: the next pass looks again
@@ -81,28 +93,10 @@ def test_a_cap_reached_by_other_hosts_ends_an_unconfirmed_create_too(rentals: Re
     market.listing_fails = 0
     rentals.budget.set_cap("job-u", 1.0)
     offers = market.inner.search_offers(OfferQuery(limit=0))
-    first = rentals.plan(
-        job="u",
-        attempt=1,
-        offer=offers[0],
-        disk_gb=10,
-        ttl_s=99_999,
-        now=clock.now(),
-        reserve_usd=0.2,
-        budget_name="job-u",
-    )
+    first = _plan(rentals, clock, job="u", attempt=1, offer=offers[0], reserve_usd=0.2)
     a = rentals.execute(first.id, market=market.inner, now=clock.now(), spec=SPEC)
     clock.advance(8 * 3600)
-    second = rentals.plan(
-        job="u",
-        attempt=2,
-        offer=offers[1],
-        disk_gb=10,
-        ttl_s=99_999,
-        now=clock.now(),
-        reserve_usd=0.3,
-        budget_name="job-u",
-    )
+    second = _plan(rentals, clock, job="u", attempt=2, offer=offers[1], reserve_usd=0.3)
     with pytest.raises(CreateUnconfirmed):
         rentals.execute(second.id, market=market, now=clock.now(), spec=SPEC)  # type: ignore[arg-type]
     kw = {"rentals": rentals, "markets": {"sim": market}}
@@ -133,9 +127,7 @@ def test_an_unsent_intent_bills_nothing(rentals: Rentals, clock: VirtualClock) -
     market = make_market([host(1)], clock)
     rentals.budget.set_cap("job-n", 0.5)
     offer = market.search_offers(OfferQuery(limit=0))[0]
-    rentals.plan(
-        job="n", attempt=1, offer=offer, disk_gb=10, ttl_s=99_999, now=clock.now(), reserve_usd=0.5, budget_name="job-n"
-    )
+    _plan(rentals, clock, job="n", attempt=1, offer=offer, reserve_usd=0.5)
     assert rentals.billing() == []
     clock.advance(10 * 3600)
     assert sweep_budgets(rentals.budget, now=clock.now(), rentals=rentals, markets={"sim": market}).warnings == []
@@ -148,28 +140,10 @@ def test_a_stopped_host_has_no_room_while_an_unconfirmed_create_bills_under_its_
     market = LostAnswers(make_market([host(1), host(2)], clock))
     rentals.budget.set_cap("job-u", 1.0)
     offers = market.inner.search_offers(OfferQuery(limit=0))
-    first = rentals.plan(
-        job="u",
-        attempt=1,
-        offer=offers[0],
-        disk_gb=10,
-        ttl_s=99_999,
-        now=clock.now(),
-        reserve_usd=0.5,
-        budget_name="job-u",
-    )
+    first = _plan(rentals, clock, job="u", attempt=1, offer=offers[0], reserve_usd=0.5)
     a = rentals.execute(first.id, market=market.inner, now=clock.now(), spec=SPEC)
     rentals.stop(a.id, market=market.inner, reason="test", kind="instance_stopped", now=clock.now())
-    second = rentals.plan(
-        job="u",
-        attempt=2,
-        offer=offers[1],
-        disk_gb=10,
-        ttl_s=99_999,
-        now=clock.now(),
-        reserve_usd=0.5,
-        budget_name="job-u",
-    )
+    second = _plan(rentals, clock, job="u", attempt=2, offer=offers[1], reserve_usd=0.5)
     with pytest.raises(CreateUnconfirmed):
         rentals.execute(second.id, market=market, now=clock.now(), spec=SPEC)  # type: ignore[arg-type]
     clock.advance(4 * 3600)  # the unconfirmed one: about $0.40 so far
