@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import signal
 import subprocess
 import sys
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +18,7 @@ import pytest
 
 from tests.support.byo import job_json, max_abs_diff, write_project
 from tests.support.services import CeleryWorker, wait_until
+from tests.support.simserve import RTX3090_LISTED, rtx3090_hosts, sim_serve, write_trace
 
 ROOT = Path(__file__).resolve().parents[2]
 SCALE = 5.0
@@ -49,30 +50,14 @@ budget_usd: 5.0
 
 def _trace(path: Path) -> Path:
     """Four healthy RTX 3090 hosts (two are needed)."""
-    offer = {
-        "gpu_name": "RTX 3090",
-        "num_gpus": 1,
-        "gpu_ram_gb": 24,
-        "storage_per_gb_month": 0.15,
-        "inet_down_per_gb": 0.0,
-        "inet_down_mbps": 800,
-        "reliability": 0.995,
-        "cuda_max": "12.4",
-    }
-    hosts = [
-        {"machine_id": f"m-{i}", "offer": {**offer, "dph": 0.10 + 0.01 * i}, "truth": {"status_every_s": 10}}
-        for i in range(4)
-    ]
     workload = {"jobs": 1, "image_gb": 0.2, "model_gb": 0.1, "train_seconds": 120, "checkpoint_every_s": 60}
-    trace = {
-        "format": "tuneharness-market-trace/1",
-        "name": "byo",
-        "description": "healthy hosts for a recovery",
-        "workload": {**workload, "disk_gb": 20, "budget_usd": 5.0},
-        "hosts": hosts,
-    }
-    path.write_text(json.dumps(trace))
-    return path
+    return write_trace(
+        path,
+        name="byo",
+        description="healthy hosts for a recovery",
+        workload={**workload, "disk_gb": 20, "budget_usd": 5.0},
+        hosts=rtx3090_hosts(4, offer=RTX3090_LISTED, price_digits=None),
+    )
 
 
 @pytest.mark.slow
@@ -108,21 +93,9 @@ def test_a_trainer_based_command_job_survives_its_host_vanishing_and_ends_as_an_
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
-    sim_root, url_file = tmp_path / "sim", tmp_path / "sim-url"
-    trace = _trace(tmp_path / "trace.json")
-    serve = ["sim", "serve", "--trace", str(trace), "--scale", str(SCALE), "--root", str(sim_root)]
-    server = subprocess.Popen(
-        [sys.executable, "-m", "app.cli.main", *serve, "--url-file", str(url_file)],
-        cwd=ROOT,
-        env=env0,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    worker = None
-    try:
-        assert wait_until(lambda: url_file.exists() or server.poll() is not None, timeout_s=60)
-        assert server.poll() is None
-        url = url_file.read_text().strip()
+    with ExitStack() as stack:
+        stack.callback(reference.kill)  # a no-op once it has exited
+        url = stack.enter_context(sim_serve(env0, tmp_path, trace=_trace(tmp_path / "trace.json"), scale=SCALE))
         env = {
             **env0,
             "TUNEHARNESS_SIM_URL": url,
@@ -131,6 +104,7 @@ def test_a_trainer_based_command_job_survives_its_host_vanishing_and_ends_as_an_
             "TUNEHARNESS_SLICE_STEPS": str(SLICE_STEPS),
         }
         worker = CeleryWorker.start(env, cwd=ROOT, concurrency=2, name="supervisor")
+        stack.callback(worker.stop)
         out = subprocess.run(
             [sys.executable, "-m", "app.cli.main", "submit", str(project / "job.yaml")],
             cwd=ROOT,
@@ -149,7 +123,6 @@ def test_a_trainer_based_command_job_survives_its_host_vanishing_and_ends_as_an_
             return ledger.rows(job=job_id, kind=kind)
 
         def log_tail() -> str:
-            assert worker is not None
             return worker.log.read_text(errors="replace")[-4000:]
 
         def ready_to_kill() -> bool:
@@ -183,10 +156,3 @@ def test_a_trainer_based_command_job_survives_its_host_vanishing_and_ends_as_an_
         diff = max_abs_diff(adapter, ref / "adapter")
         assert diff == 0.0, diff
         print(f"{script}: resumed at step {recs[0].payload['resume_step']}, adapter max abs diff {diff:.2e}")
-    finally:
-        if reference.poll() is None:
-            reference.kill()
-        if worker is not None:
-            worker.stop()
-        server.send_signal(signal.SIGTERM)
-        server.wait(timeout=30)

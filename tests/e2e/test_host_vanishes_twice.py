@@ -5,16 +5,17 @@ training; the job completes on a third host and its adapter equals an uninterrup
 from __future__ import annotations
 
 import json
-import signal
 import subprocess
 import sys
 import time
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.support.services import CeleryWorker, wait_until
+from tests.support.simserve import RTX3090_LISTED, rtx3090_hosts, sim_serve, write_trace
 
 ROOT = Path(__file__).resolve().parents[2]
 SCALE = 5.0  # simulated seconds per wall second (a preflight gets 36 wall seconds on a busy machine)
@@ -51,40 +52,21 @@ budget_usd: 5.0
 
 def _trace(path: Path) -> Path:
     """Five healthy RTX 3090 hosts (three are needed) with a 3-second (simulated) pull."""
-    offer = {
-        "gpu_name": "RTX 3090",
-        "num_gpus": 1,
-        "gpu_ram_gb": 24,
-        "storage_per_gb_month": 0.15,
-        "inet_down_per_gb": 0.0,
-        "inet_down_mbps": 800,
-        "reliability": 0.995,
-        "cuda_max": "12.4",
-    }
-    hosts = [
-        {"machine_id": f"m-{i}", "offer": {**offer, "dph": 0.10 + 0.01 * i}, "truth": {"status_every_s": 10}}
-        for i in range(5)
-    ]
-    path.write_text(
-        json.dumps(
-            {
-                "format": "tuneharness-market-trace/1",
-                "name": "vanish",
-                "description": "healthy hosts for recovery",
-                "workload": {
-                    "jobs": 1,
-                    "image_gb": 0.2,
-                    "model_gb": 0.1,
-                    "train_seconds": 120,
-                    "checkpoint_every_s": 60,
-                    "disk_gb": 20,
-                    "budget_usd": 5.0,
-                },
-                "hosts": hosts,
-            }
-        )
+    return write_trace(
+        path,
+        name="vanish",
+        description="healthy hosts for recovery",
+        workload={
+            "jobs": 1,
+            "image_gb": 0.2,
+            "model_gb": 0.1,
+            "train_seconds": 120,
+            "checkpoint_every_s": 60,
+            "disk_gb": 20,
+            "budget_usd": 5.0,
+        },
+        hosts=rtx3090_hosts(5, offer=RTX3090_LISTED, price_digits=None),
     )
-    return path
 
 
 def _last_step(train_log: Path) -> int:
@@ -134,34 +116,10 @@ def test_a_job_survives_its_host_vanishing_twice_and_ends_bit_identical(th_env: 
         stderr=subprocess.DEVNULL,
     )
 
-    sim_root = tmp_path / "sim"
-    url_file = tmp_path / "sim-url"
-    server = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "app.cli.main",
-            "sim",
-            "serve",
-            "--trace",
-            str(_trace(tmp_path / "trace.json")),
-            "--scale",
-            str(SCALE),
-            "--root",
-            str(sim_root),
-            "--url-file",
-            str(url_file),
-        ],
-        cwd=ROOT,
-        env=th_env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    worker = None
-    try:
-        assert wait_until(lambda: url_file.exists() or server.poll() is not None, timeout_s=60)
-        assert server.poll() is None
-        url = url_file.read_text().strip()
+    sim_root = tmp_path / "sim"  # where sim_serve keeps the hosts
+    with ExitStack() as stack:
+        stack.callback(reference.kill)  # a no-op once it has exited
+        url = stack.enter_context(sim_serve(th_env, tmp_path, trace=_trace(tmp_path / "trace.json"), scale=SCALE))
         env = {
             **th_env,
             "TUNEHARNESS_SIM_URL": url,
@@ -170,6 +128,7 @@ def test_a_job_survives_its_host_vanishing_twice_and_ends_bit_identical(th_env: 
             "TUNEHARNESS_SLICE_STEPS": str(SLICE_STEPS),
         }
         worker = CeleryWorker.start(env, cwd=ROOT, concurrency=2, name="supervisor")
+        stack.callback(worker.stop)
         out = subprocess.run(
             [sys.executable, "-m", "app.cli.main", "submit", str(tmp_path / "job.yaml")],
             cwd=ROOT,
@@ -189,7 +148,6 @@ def test_a_job_survives_its_host_vanishing_twice_and_ends_bit_identical(th_env: 
             return ledger.rows(job=job_id, kind=kind)
 
         def log_tail() -> str:
-            assert worker is not None
             return worker.log.read_text(errors="replace")[-4000:]
 
         sim_clock = market.clock()
@@ -287,10 +245,3 @@ def test_a_job_survives_its_host_vanishing_twice_and_ends_bit_identical(th_env: 
             f"{[k[1] - int(r.payload['resume_step']) for k, r in zip(killed, recs, strict=True)]}; "
             f"adapter max abs diff {diff:.2e}"
         )
-    finally:
-        if reference.poll() is None:
-            reference.kill()
-        if worker is not None:
-            worker.stop()
-        server.send_signal(signal.SIGTERM)
-        server.wait(timeout=30)

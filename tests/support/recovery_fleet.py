@@ -7,7 +7,6 @@ the worker has no monitor queue."""
 from __future__ import annotations
 
 import json
-import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -17,11 +16,11 @@ from pathlib import Path
 from typing import Any
 
 from tests.support.jobfiles import sim_needs_section, train_section
-from tests.support.services import CeleryWorker, wait_until
+from tests.support.services import CeleryWorker
+from tests.support.simserve import rtx3090_hosts, sim_serve, write_trace
 
-ROOT = Path(__file__).resolve().parents[3]
+ROOT = Path(__file__).resolve().parents[2]
 
-OFFER = {"gpu_name": "RTX 3090", "num_gpus": 1, "gpu_ram_gb": 24, "inet_down_mbps": 800, "reliability": 0.995}
 TRUTH = {"pull_mbps": 400, "status_every_s": 10}
 
 
@@ -48,14 +47,7 @@ print(json.dumps(_schedule(step, sup.clock)))
 
 def hosts(n: int, *, truth_of: dict[int, dict[str, Any]] | None = None) -> list[dict[str, Any]]:
     """`n` healthy hosts m-0, m-1, ... priced 0.10, 0.11, ... (cheapest first); `truth_of` overrides some."""
-    return [
-        {
-            "machine_id": f"m-{i}",
-            "offer": {**OFFER, "dph": round(0.10 + 0.01 * i, 2)},
-            "truth": {**TRUTH, **(truth_of or {}).get(i, {})},
-        }
-        for i in range(n)
-    ]
+    return rtx3090_hosts(n, truth=TRUTH, truth_of=truth_of)
 
 
 @dataclass
@@ -111,48 +103,21 @@ def sim_fleet(
 ) -> Iterator[Fleet]:
     """`sim serve` on `trace` (a file or a shipped trace's name), a worker on the provision, ssh
     and maintenance queues, and `job_text` submitted; everything stopped on the way out."""
-    url_file = tmp_path / "sim-url"
-    server = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "app.cli.main",
-            "sim",
-            "serve",
-            "--trace",
-            trace,
-            "--scale",
-            str(scale),
-            "--root",
-            str(tmp_path / "sim"),
-            "--url-file",
-            str(url_file),
-        ],
-        cwd=ROOT,
-        env=th_env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    worker = None
-    try:
-        assert wait_until(lambda: url_file.exists() or server.poll() is not None, timeout_s=60)
-        assert server.poll() is None
-        env = {**th_env, "TUNEHARNESS_SIM_URL": url_file.read_text().strip()}
+    with sim_serve(th_env, tmp_path, trace=trace, scale=scale) as url:
+        env = {**th_env, "TUNEHARNESS_SIM_URL": url}
         # No monitor queue: the trainer is the e2e tests' business.
         worker = CeleryWorker.start(env, cwd=ROOT, concurrency=2, name=name, queues="provision,ssh,maintenance")
-        (tmp_path / "model").mkdir()
-        (tmp_path / "train.jsonl").write_text('{"prompt": "a", "completion": "b"}\n')
-        (tmp_path / "job.yaml").write_text(job_text)
-        fleet = Fleet(env=env, worker=worker)
-        out = fleet.cli("submit", str(tmp_path / "job.yaml"))
-        assert out.returncode == 0, out.stderr
-        fleet.job_id = out.stdout.strip()
-        yield fleet
-    finally:
-        if worker is not None:
+        try:
+            (tmp_path / "model").mkdir()
+            (tmp_path / "train.jsonl").write_text('{"prompt": "a", "completion": "b"}\n')
+            (tmp_path / "job.yaml").write_text(job_text)
+            fleet = Fleet(env=env, worker=worker)
+            out = fleet.cli("submit", str(tmp_path / "job.yaml"))
+            assert out.returncode == 0, out.stderr
+            fleet.job_id = out.stdout.strip()
+            yield fleet
+        finally:
             worker.stop()
-        server.send_signal(signal.SIGTERM)
-        server.wait(timeout=30)
 
 
 @contextmanager
@@ -166,17 +131,7 @@ def recovery_fleet(
     standby_hosts: int,
 ) -> Iterator[Fleet]:
     """Serve a trace of `trace_hosts`, start a worker, submit the job (`sim_fleet`)."""
-    trace = tmp_path / "trace.json"
-    trace.write_text(
-        json.dumps(
-            {
-                "format": "tuneharness-market-trace/1",
-                "name": name,
-                "workload": {"image_gb": 2, "model_gb": 1},
-                "hosts": trace_hosts,
-            }
-        )
-    )
+    trace = write_trace(tmp_path / "trace.json", name=name, hosts=trace_hosts, workload={"image_gb": 2, "model_gb": 1})
     with sim_fleet(
         th_env, tmp_path, trace=str(trace), scale=scale, name=name, job_text=job_yaml(f"{name}-job", standby_hosts)
     ) as fleet:

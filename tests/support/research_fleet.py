@@ -5,7 +5,6 @@ liar, `tuneharness sim serve`, a Celery worker on every queue, and the CLI to st
 from __future__ import annotations
 
 import json
-import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -14,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tests.support import simserve
 from tests.support.services import CeleryWorker, wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -66,39 +66,18 @@ job_budget_usd: 0.5
 
 def write_trace(path: Path, *, healthy: int = 5) -> Path:
     """`healthy` RTX 3090 offers and, cheapest of all, one liar whose card is really an RTX 3060."""
-    offer = {
-        "gpu_name": "RTX 3090",
-        "num_gpus": 1,
-        "gpu_ram_gb": 24,
-        "storage_per_gb_month": 0.15,
-        "inet_down_per_gb": 0.0,
-        "inet_down_mbps": 800,
-        "reliability": 0.995,
-        "cuda_max": "12.4",
+    liar = {
+        "machine_id": "m-liar",
+        "offer": {**simserve.RTX3090_LISTED, "dph": 0.08},
+        "truth": {"status_every_s": 10, "actual_gpu_name": "RTX 3060", "actual_gpu_ram_gb": 12},
     }
-    hosts: list[dict[str, Any]] = [
-        {
-            "machine_id": "m-liar",
-            "offer": {**offer, "dph": 0.08},
-            "truth": {"status_every_s": 10, "actual_gpu_name": "RTX 3060", "actual_gpu_ram_gb": 12},
-        }
-    ]
-    hosts += [
-        {"machine_id": f"m-{i}", "offer": {**offer, "dph": round(0.10 + 0.01 * i, 2)}, "truth": {"status_every_s": 10}}
-        for i in range(healthy)
-    ]
-    path.write_text(
-        json.dumps(
-            {
-                "format": "tuneharness-market-trace/1",
-                "name": "research",
-                "description": "healthy RTX 3090 hosts and one liar",
-                "workload": {"jobs": 1, "image_gb": 0.2, "model_gb": 0.1, "train_seconds": 60, "disk_gb": 20},
-                "hosts": hosts,
-            }
-        )
+    return simserve.write_trace(
+        path,
+        name="research",
+        description="healthy RTX 3090 hosts and one liar",
+        workload={"jobs": 1, "image_gb": 0.2, "model_gb": 0.1, "train_seconds": 60, "disk_gb": 20},
+        hosts=[liar, *simserve.rtx3090_hosts(healthy, offer=simserve.RTX3090_LISTED)],
     )
-    return path
 
 
 def write_inputs(directory: Path, research: str) -> Path:
@@ -162,44 +141,20 @@ class ResearchFleet:
 def research_fleet(th_env: dict[str, str], work: Path, *, healthy: int = 5) -> Iterator[ResearchFleet]:
     """`sim serve` on `write_trace`, a worker on every queue with short monitor and tick periods;
     both stopped on the way out."""
-    url_file = work / "sim-url"
-    server = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "app.cli.main",
-            "sim",
-            "serve",
-            "--trace",
-            str(write_trace(work / "trace.json", healthy=healthy)),
-            "--scale",
-            str(SCALE),
-            "--root",
-            str(work / "sim"),
-            "--url-file",
-            str(url_file),
-        ],
-        cwd=ROOT,
-        env=th_env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    fleet = None
-    try:
-        assert wait_until(lambda: url_file.exists() or server.poll() is not None, timeout_s=60)
-        assert server.poll() is None, "sim serve exited"
-        env = {
-            **th_env,
-            "TUNEHARNESS_SIM_URL": url_file.read_text().strip(),
-            "TUNEHARNESS_MONITOR_S": "5",
-            "TUNEHARNESS_REPOLL_S": "3",
-            "TUNEHARNESS_RESEARCH_TICK_S": "2",
-        }
-        worker = CeleryWorker.start(env, cwd=ROOT, concurrency=3, name="research")
-        fleet = ResearchFleet(env=env, worker=worker, home=Path(th_env["TUNEHARNESS_HOME"]))
-        yield fleet
-    finally:
-        if fleet is not None:
-            fleet.worker.stop()  # the one running now (a test may have replaced it)
-        server.send_signal(signal.SIGTERM)
-        server.wait(timeout=30)
+    trace = write_trace(work / "trace.json", healthy=healthy)
+    with simserve.sim_serve(th_env, work, trace=trace, scale=SCALE) as url:
+        fleet = None
+        try:
+            env = {
+                **th_env,
+                "TUNEHARNESS_SIM_URL": url,
+                "TUNEHARNESS_MONITOR_S": "5",
+                "TUNEHARNESS_REPOLL_S": "3",
+                "TUNEHARNESS_RESEARCH_TICK_S": "2",
+            }
+            worker = CeleryWorker.start(env, cwd=ROOT, concurrency=3, name="research")
+            fleet = ResearchFleet(env=env, worker=worker, home=Path(th_env["TUNEHARNESS_HOME"]))
+            yield fleet
+        finally:
+            if fleet is not None:
+                fleet.worker.stop()  # the one running now (a test may have replaced it)

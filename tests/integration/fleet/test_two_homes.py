@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -21,6 +20,7 @@ from typing import Any
 import pytest
 
 from tests.support.services import CeleryWorker, celery_client, wait_until
+from tests.support.simserve import RTX3090_LISTED, rtx3090_hosts, sim_serve, write_trace
 
 ROOT = Path(__file__).resolve().parents[3]
 SCALE = 5.0  # simulated seconds per wall second
@@ -57,24 +57,12 @@ budget_usd: 5.0
 
 def _trace(path: Path) -> Path:
     """Four healthy RTX 3090 hosts (two are needed)."""
-    offer = {
-        "gpu_name": "RTX 3090",
-        "num_gpus": 1,
-        "gpu_ram_gb": 24,
-        "storage_per_gb_month": 0.15,
-        "inet_down_per_gb": 0.0,
-        "inet_down_mbps": 800,
-        "reliability": 0.995,
-        "cuda_max": "12.4",
-    }
-    hosts = [
-        {"machine_id": f"m-{i}", "offer": {**offer, "dph": 0.10 + 0.01 * i}, "truth": {"status_every_s": 10}}
-        for i in range(4)
-    ]
-    workload = {"jobs": 1, "image_gb": 0.2, "model_gb": 0.1, "disk_gb": 20, "budget_usd": 5.0}
-    trace = {"format": "tuneharness-market-trace/1", "name": "two-homes", "workload": workload, "hosts": hosts}
-    path.write_text(json.dumps(trace))
-    return path
+    return write_trace(
+        path,
+        name="two-homes",
+        workload={"jobs": 1, "image_gb": 0.2, "model_gb": 0.1, "disk_gb": 20, "budget_usd": 5.0},
+        hosts=rtx3090_hosts(4, offer=RTX3090_LISTED, price_digits=None),
+    )
 
 
 def _machine(tmp_path: Path, name: str, base: dict[str, str]) -> dict[str, str]:
@@ -87,27 +75,12 @@ def _machine(tmp_path: Path, name: str, base: dict[str, str]) -> dict[str, str]:
 @pytest.fixture
 def sim_url(th_env: dict[str, str], tmp_path: Path) -> Iterator[str]:
     """The shared simulated marketplace, run from a directory of its own."""
-    url_file = tmp_path / "sim-url"
     env = {**th_env, "TUNEHARNESS_HOME": str(tmp_path / "market")}  # its image cache stays under the user's HOME
-    server = subprocess.Popen(
-        [
-            *(sys.executable, "-m", "app.cli.main", "sim", "serve", "--trace", str(_trace(tmp_path / "trace.json"))),
-            *("--scale", str(SCALE), "--root", str(tmp_path / "sim"), "--url-file", str(url_file)),
-            # A paced trainer: the host is still training when the test destroys it, however loaded the machine.
-            *("--train-step-s", str(TRAIN_STEP_S)),
-        ],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        assert wait_until(lambda: url_file.exists() or server.poll() is not None, timeout_s=60)
-        assert server.poll() is None
-        yield url_file.read_text().strip()
-    finally:
-        server.send_signal(signal.SIGTERM)
-        server.wait(timeout=30)
+    trace = _trace(tmp_path / "trace.json")
+    # A paced trainer: the host is still training when the test destroys it, however loaded the machine.
+    paced = ("--train-step-s", str(TRAIN_STEP_S))
+    with sim_serve(env, tmp_path, trace=trace, scale=SCALE, extra_args=paced) as url:
+        yield url
 
 
 def _cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
