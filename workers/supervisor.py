@@ -66,10 +66,15 @@ def monitor_training(self: Any, job_id: str, seq: int) -> dict[str, Any]:
     time_limit=TRANSFER_TIME_LIMIT_S,
 )
 def transfer_to_host(self: Any, job_id: str, instance_id: str) -> dict[str, Any]:
-    """Move a job's files onto its new host (resumable, once per host); the monitor starts the slice."""
-    t = bootstrap.supervisor().run_transfer(job_id, instance_id)
+    """Move a job's files onto its new host (resumable, once per host); the monitor starts the slice,
+    woken as soon as the files are there: every second until its next poll is billed idle."""
+    sup = bootstrap.supervisor()
+    t = sup.run_transfer(job_id, instance_id)
     if t is None:
         return {"job": job_id, "instance": instance_id, "state": "not run"}
+    seq = sup.chain_seq(job_id) if t.state == "done" else None
+    if seq is not None:
+        monitor_training.apply_async(args=[job_id, seq])
     return {"job": job_id, "instance": instance_id, "state": t.state, "bytes_done": t.bytes_done}
 
 

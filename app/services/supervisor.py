@@ -89,7 +89,6 @@ from app.ports import HostShell
 from app.rentals import Rental
 from app.services.provisioning import ProvisioningService, Step
 from app.services.transfer import HubFetch, PushFile, TransferPlan, TransferProgress, TransferService
-from app.triage.rules import DEFAULT_TAIL_BYTES
 
 __all__ = [
     "Bundle",
@@ -287,6 +286,10 @@ _SECTIONS = ("@@STATUS", "@@ALIVE", "@@EXIT", "@@LOG")
 
 
 def _probe_command(root: str) -> str:
+    # Imported here: the rules compile their patterns on import, and every process that only opens
+    # the database (each CLI command) would pay for it; a worker pays once.
+    from app.triage.rules import DEFAULT_TAIL_BYTES
+
     r = shlex.quote(root)
     return (
         f"cd {r} 2>/dev/null || {{ echo '@@NOJOBDIR'; exit 0; }}; "
@@ -415,6 +418,15 @@ class SupervisorService:
             conn.execute(
                 _T.update().where(_T.c.job_id == job_id).values(state_json=watch.to_json(), updated_at=self.clock.now())
             )
+
+    def chain_seq(self, job_id: str) -> int | None:
+        """The sequence number the job's next poll holds (None: no chain). A poll sent now with it
+        takes that poll's place: the one waiting out its countdown then finds the number taken and
+        stops (`_claim`), so the job keeps one chain. The transfer task wakes the chain so that the
+        trainer starts as soon as its files are on the host, not a monitor period later."""
+        with self.engine.connect() as conn:
+            seq = conn.execute(select(_T.c.seq).where(_T.c.job_id == job_id)).scalar()
+        return None if seq is None else int(seq)
 
     def arm(self, job_id: str, instance_id: str) -> int:
         """The job was handed a host: (re)start its monitor chain; return the chain's sequence number."""

@@ -230,6 +230,25 @@ def test_the_monitor_asks_for_a_transfer_and_starts_the_slice_only_once_it_is_do
     assert kinds.index("transfer_done") < kinds.index("training_started")
 
 
+def test_a_poll_woken_when_the_transfer_is_done_starts_the_slice_and_the_waiting_poll_stops(tmp_path: Path) -> None:
+    """The transfer task sends a poll with the chain's number as soon as the files are on the host:
+    it starts the trainer at once, and the poll that was waiting out its countdown finds its number
+    taken and stops, so the job keeps one chain and one launch."""
+    h = Harness(tmp_path)
+    inst, seq = h.start()
+    seq, _, transfer = h.poll(seq)
+    assert transfer == inst and h.sup.chain_seq(JOB) == seq
+    done = h.sup.run_transfer(JOB, inst)
+    assert done is not None and done.state == "done"
+    woken = h.sup.chain_seq(JOB)
+    assert woken == seq  # the number the waiting poll holds
+    step = h.sup.poll(JOB, woken)
+    assert step.next == "monitor" and step.seq == woken + 1 and h.hosts[inst].launches == 1
+    assert h.sup.poll(JOB, seq).detail == "stale chain"  # the waiting poll arrives, and stops
+    assert h.sup.chain_seq(JOB) == woken + 1 and h.hosts[inst].launches == 1
+    assert h.sup.chain_seq("job-nobody") is None
+
+
 def test_a_transfer_longer_than_a_task_resumes_and_never_sends_a_byte_twice(tmp_path: Path) -> None:
     """The task is killed mid-model; the next task resumes from the host's partial file; the trainer then starts."""
     h = Harness(tmp_path)
