@@ -61,7 +61,7 @@ def _trace(path: Path) -> Path:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("script", ["trainer", "trl"])
+@pytest.mark.parametrize("script", ["trainer", pytest.param("trl", marks=pytest.mark.long)])
 def test_a_trainer_based_command_job_survives_its_host_vanishing_and_ends_as_an_uninterrupted_run(
     script: str, th_env: dict[str, str], tmp_path: Path
 ) -> None:

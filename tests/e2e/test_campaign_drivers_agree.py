@@ -16,6 +16,7 @@ CLOSE = ("dead_host_cost_usd", "total_cost_usd")
 
 
 @pytest.mark.slow
+@pytest.mark.solo
 def test_the_proof_trace_gives_one_receipt_through_both_drivers(tmp_path: Path) -> None:
     """A frozen pull, a stale driver, a host vanishing mid-training and two jobs: the same counts,
     recoveries included, and dead-host and total cost within 10% of each other. The real-time run

@@ -79,6 +79,7 @@ def _last_step(train_log: Path) -> int:
 
 
 @pytest.mark.slow
+@pytest.mark.long
 def test_a_job_survives_its_host_vanishing_twice_and_ends_bit_identical(th_env: dict[str, str], tmp_path: Path) -> None:
     """Destroy the training host twice: the job finishes with max_steps steps (over several slices),
     loses at most one checkpoint interval per loss, and its adapter equals an uninterrupted run's (<= 1e-6)."""

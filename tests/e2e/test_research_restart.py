@@ -26,6 +26,7 @@ print(seq)
 
 
 @pytest.mark.slow
+@pytest.mark.long
 def test_a_research_run_survives_a_control_plane_restart(th_env: dict[str, str], tmp_path: Path) -> None:
     """Stop the only worker while the baseline trains, start another and re-arm: the run ends with its baseline
     and its one mutation recorded once each, three jobs in all, each submitted once."""

@@ -95,6 +95,7 @@ def _cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.long
 def test_a_job_outlives_its_worker_and_its_machines_disk(
     th_env: dict[str, str], pg_url: str, sim_url: str, tmp_path: Path
 ) -> None:

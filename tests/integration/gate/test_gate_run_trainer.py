@@ -58,6 +58,7 @@ def adapters(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return {"base": tiny, "1": job / "adapter", "2": second}
 
 
+@pytest.mark.long
 def test_gate_run_with_trainer_adapters_writes_and_judges_a_trial(adapters: dict[str, Path], tmp_path: Path) -> None:
     """Both seeds are predicted by `python -m trainer predict`; the trial is complete and judged."""
     rows = [

@@ -8,12 +8,15 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from app.db import make_engine
 from app.ledger import Ledger
 from tests.support.recovery_fleet import hosts, recovery_fleet
 from tests.support.services import wait_until
 
 
+@pytest.mark.long
 def test_cancel_a_running_job_then_resume_it_on_a_fresh_rental(th_env: dict[str, str], tmp_path: Path) -> None:
     """submit -> training -> `cancel` stops the host (stopped_by operator, no destroy), the job is
     cancelled and stays so -> `resume --budget-usd nan` is refused, nothing written -> `resume

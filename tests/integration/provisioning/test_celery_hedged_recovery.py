@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from tests.support.recovery_fleet import hosts, recovery_fleet
 from tests.support.services import wait_until
 
@@ -17,6 +19,7 @@ print(app.send_task("tuneharness.maintenance.sweep_holds", queue="maintenance").
 """
 
 
+@pytest.mark.long
 def test_a_hedged_recovery_takes_the_first_verified_host_and_the_sweep_releases_the_extras(
     th_env: dict[str, str], tmp_path: Path
 ) -> None:

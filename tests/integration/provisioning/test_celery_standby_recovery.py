@@ -10,10 +10,13 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests.support.recovery_fleet import hosts, recovery_fleet
 from tests.support.services import wait_until
 
 
+@pytest.mark.long
 def test_a_recovery_adopts_the_verified_standby_host(th_env: dict[str, str], tmp_path: Path) -> None:
     """submit (standby_hosts: 1) -> training + one held standby host -> host destroyed -> the
     supervisor's poll re-queues -> watch_boot adopts the standby host, under the job's own budget."""

@@ -51,6 +51,7 @@ def _host(root: Path, name: str, project: Path, job: dict[str, object]) -> Path:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("script", ["trainer", "trl"])
+@pytest.mark.long
 def test_a_trainer_run_cut_into_slices_across_two_hosts_equals_an_uninterrupted_run(
     script: str, tmp_path: Path, tiny_model: Path, trainer_env: Callable[..., dict[str, str]]
 ) -> None:

@@ -114,6 +114,7 @@ def _newest_loads(job: Path) -> int:
 
 
 @pytest.mark.slow
+@pytest.mark.long
 def test_twenty_kills_never_corrupt_and_run_finishes(
     tmp_path: Path, tiny_model: Path, run_trainer: Callable[..., subprocess.CompletedProcess[str]]
 ) -> None:

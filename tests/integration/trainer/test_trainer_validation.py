@@ -7,6 +7,8 @@ import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
+
 from trainer.data import split_rows
 from trainer.reporting import parse_line
 from trainer.testing import write_causal_job
@@ -57,6 +59,7 @@ def test_time_boxed_run_stops_early_and_reports_val_loss(
     assert meta["steps"] == int(boxed["step"])
 
 
+@pytest.mark.long
 def test_time_box_spans_slices_and_a_resumed_run_trains_only_train_rows(
     tiny_model: Path, tmp_path: Path, run_trainer: Callable[..., subprocess.CompletedProcess[str]]
 ) -> None:

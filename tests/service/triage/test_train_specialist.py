@@ -28,6 +28,7 @@ def _every_fifth_of_each_slice(corpus: dict[str, list[dict[str, Any]]]) -> list[
 
 
 @pytest.mark.slow
+@pytest.mark.long
 def test_a_weak_candidate_is_judged_against_the_shipped_incumbent_and_not_installed(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -116,6 +116,7 @@ def test_fast_classify_equals_the_reference_on_arbitrary_text(noise: str, line: 
     assert rules.classify(tail, idle_seconds=30) == rules._classify_reference(tail, idle_seconds=30)
 
 
+@pytest.mark.long
 def test_every_corpus_row_and_its_long_variants_get_the_reference_verdict() -> None:
     """Given every committed row, as generated and padded to 32 KB of healthy progress, both paths agree."""
     rng = random.Random(1)
@@ -284,6 +285,7 @@ def _whole_first(rule: rules._Rule, line_low: str) -> int:
 REAL_LINES = sorted({ln for split in REAL_SPLITS for r in real_rows(split) for ln in r["log"].splitlines()})
 
 
+@pytest.mark.long
 def test_every_rule_finds_its_first_match_by_alternatives_where_the_whole_pattern_does() -> None:
     """On every distinct line of the corpus and of the real excerpts, each rule's first match found
     alternative by alternative (only those whose literals the line holds) starts where the whole pattern's does."""
