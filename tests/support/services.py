@@ -20,6 +20,13 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def sigint_default() -> None:
+    """`Popen(preexec_fn=...)` for a child a test stops with SIGINT (Ctrl-C): the default action even
+    when the suite itself started with SIGINT ignored (a background job of a non-interactive shell),
+    which Python would keep, never raising KeyboardInterrupt."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def wait_until(predicate: Callable[[], object], *, timeout_s: float = 30.0, interval_s: float = 0.05) -> bool:
     """Poll a condition until true or the timeout passes; returns the last result."""
     deadline = time.monotonic() + timeout_s

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import httpx
 
-from support.services import free_port, wait_until
+from support.services import free_port, sigint_default, wait_until
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -37,6 +37,7 @@ def test_served_on_loopback_until_interrupted(th_env: dict[str, str]) -> None:
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=sigint_default,
     )
     try:
 

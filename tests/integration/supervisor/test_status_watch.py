@@ -12,7 +12,7 @@ import sys
 import threading
 from pathlib import Path
 
-from support.services import wait_until
+from support.services import sigint_default, wait_until
 
 REPO = Path(__file__).resolve().parents[3]
 CMD = [sys.executable, "-m", "app.cli.main", "status", "--watch", "--interval", "0.5"]
@@ -24,7 +24,9 @@ def _stop(proc: subprocess.Popen[bytes]) -> int:
 
 
 def _piped(env: dict[str, str], *args: str) -> tuple[int, str, str]:
-    proc = subprocess.Popen([*CMD, *args], env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [*CMD, *args], env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, preexec_fn=sigint_default
+    )
     out: list[bytes] = []
     reader = threading.Thread(target=lambda: out.extend(iter(proc.stdout.readline, b"")), daemon=True)  # type: ignore[union-attr]
     reader.start()
@@ -39,7 +41,7 @@ def _piped(env: dict[str, str], *args: str) -> tuple[int, str, str]:
 def test_on_a_terminal_it_redraws_in_place(th_env: dict[str, str]) -> None:
     master, slave = pty.openpty()
     env = {**th_env, "COLUMNS": "160", "LINES": "50", "TERM": "xterm"}
-    proc = subprocess.Popen(CMD, env=env, cwd=REPO, stdout=slave, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(CMD, env=env, cwd=REPO, stdout=slave, stderr=subprocess.PIPE, preexec_fn=sigint_default)
     os.close(slave)
     out = bytearray()
 
