@@ -488,7 +488,7 @@ name: demo-search
 job: job.yaml
 axes:
   learning_rate: {times: [4.0, 0.25]}
-time_box_s: 20
+time_box_s: 10
 val_fraction: 0.25
 tier: RTX 3090
 iterations: 1
