@@ -17,10 +17,10 @@ from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
+from providers.sim.trace import TRACE_FORMAT
 from tests.support.services import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
-TRACE_FORMAT = "tuneharness-market-trace/1"
 
 # A bare RTX 3090 listing: the card, its download speed and its reliability.
 RTX3090: Mapping[str, Any] = {
